@@ -1,0 +1,1 @@
+"""pg_shell: a stateless, auditable, replayable command shell backed by PostgreSQL."""

@@ -1,0 +1,72 @@
+"""Settings: environment variables with the PG_SHELL_ prefix (and DATABASE_URL),
+validated when a command starts, never read at import time."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from typing import Literal
+
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from executor.errors import ConfigError
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PG_SHELL_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("PG_SHELL_DATABASE_URL", "DATABASE_URL")
+    )
+    # The role the executor acts as after connecting (it needs nothing more).
+    executor_role: str = "shell_executor"
+    worker_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")
+    concurrency: int = Field(default=4, ge=1, le=256)
+    poll_interval_s: float = Field(default=1.0, gt=0, le=60)
+    lease_s: int = Field(default=30, ge=5, le=3600)
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=600)
+    reap_interval_s: float = Field(default=60.0, gt=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    output_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
+
+    image: str = "pg-shell-sandbox:latest"
+    docker_host: str | None = None
+    allow_rootful: bool = False
+    shell_root: str = Field(default="/home/sandbox", pattern=r"^/[A-Za-z0-9_./-]*[A-Za-z0-9_-]$")
+
+    timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600)
+    memory_mb: int = Field(default=256, ge=16)
+    pids: int = Field(default=128, ge=8)
+    cpus: float = Field(default=1.0, gt=0)
+    nofile: int = Field(default=256, ge=16)
+    fsize_mb: int = Field(default=64, ge=1)
+    tmpfs_mb: int = Field(default=16, ge=1)
+    output_cap_bytes: int = Field(default=MiB, ge=1024)
+    disk_quota: Literal["loop", "none"] = "loop"
+    disk_quota_mb: int = Field(default=256, ge=8)
+    volumes_dir: str = "/var/lib/pg-shell/volumes"
+
+    def require_database_url(self) -> str:
+        if not self.database_url:
+            raise ConfigError("DATABASE_URL is not set: give the PostgreSQL connection string, "
+                              "e.g. DATABASE_URL=postgresql://user@host:5432/dbname")
+        return self.database_url
+
+    def effective_worker_id(self) -> str:
+        """The stable id if configured, else a fresh one for this process."""
+        return self.worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Reads the environment; a bad value becomes one clear ConfigError."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"PG_SHELL_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from exc

@@ -1,0 +1,1 @@
+"""PostgreSQL access: the only package that imports psycopg2."""

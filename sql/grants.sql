@@ -1,0 +1,72 @@
+-- Every privilege in one place. Re-applied by `pg-shell db migrate` whenever
+-- this file changes, so it starts from nothing and grants what each role needs.
+
+REVOKE ALL ON SCHEMA shell, shell_api FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA shell FROM PUBLIC, shell_anon, shell_user, shell_executor, shell_admin, shell_authenticator;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA shell FROM PUBLIC, shell_anon, shell_user, shell_executor, shell_admin, shell_authenticator;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA shell, shell_api FROM PUBLIC, shell_anon, shell_user, shell_executor, shell_admin, shell_authenticator;
+
+-- The authenticator becomes the role a JWT names (PostgREST's model).
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['shell_anon', 'shell_user'] LOOP
+        IF NOT pg_has_role('shell_authenticator', r, 'MEMBER') THEN
+            EXECUTE format('GRANT %I TO shell_authenticator', r);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Anonymous visitors can only log in.
+GRANT USAGE ON SCHEMA shell_api TO shell_anon;
+GRANT EXECUTE ON FUNCTION shell_api.login(text, text) TO shell_anon;
+
+-- Tenants: the API, plus reading their own rows (row-level security).
+GRANT USAGE ON SCHEMA shell, shell_api TO shell_user;
+GRANT EXECUTE ON FUNCTION
+    shell_api.create_session(text),
+    shell_api.list_sessions(),
+    shell_api.submit_command(uuid, text),
+    shell_api.latest_output(uuid, bigint, integer),
+    shell_api.latest_output_html(uuid, bigint, integer),
+    shell_api.session_changes(uuid, bigint, integer),
+    shell_api.submit_command_html(uuid, text),
+    shell_api.cancel_command(bigint),
+    shell_api.fork_session(bigint),
+    shell_api.replay_session(uuid, bigint),
+    -- helpers the invoker functions and policies call
+    shell.current_user_id(),
+    shell.session_not_found(),
+    shell.check_page(bigint, integer),
+    shell.output_of(shell.commands),
+    shell.html_escape(text),
+    shell.command_html(bigint, text, text, integer, text)
+TO shell_user;
+GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks TO shell_user;
+
+-- Executors: only their entry points.
+GRANT USAGE ON SCHEMA shell TO shell_executor;
+GRANT EXECUTE ON FUNCTION
+    shell.claim_commands(text, integer, integer),
+    shell.heartbeat(text, bigint[], integer[], integer),
+    shell.mark_started(bigint, text, integer, text, text),
+    shell.append_output(bigint, text, integer, integer, text),
+    shell.complete_command(bigint, text, integer, text, integer, text, boolean, text, jsonb, integer),
+    shell.expire_leases(),
+    shell.settle_worker(text, bigint[]),
+    shell.live_commands(bigint[])
+TO shell_executor;
+
+-- Administrators: user management.
+GRANT USAGE ON SCHEMA shell TO shell_admin;
+GRANT EXECUTE ON FUNCTION
+    shell.create_user(text, text),
+    shell.set_user_quota(text, integer, integer, integer)
+TO shell_admin;
+GRANT SELECT ON shell.users TO shell_admin;
+
+-- The gateway verifies tokens with the database's secret.
+GRANT USAGE ON SCHEMA shell TO shell_authenticator;
+GRANT EXECUTE ON FUNCTION shell.jwt_secret() TO shell_authenticator;
