@@ -1,0 +1,1 @@
+"""The `pg-shell` command line."""

@@ -1,0 +1,111 @@
+"""Operator subcommands over DATABASE_URL: the schema, users, the executor."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import secrets
+import sys
+
+from executor.config import Settings
+from executor.db import admin as db_admin
+from executor.db import migrations
+from executor.db.connection import connect
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    db = commands.add_parser("db", help="the database schema (over DATABASE_URL)",
+                             description="Manage the pg_shell schema in the database DATABASE_URL names.")
+    db_commands = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    migrate = db_commands.add_parser(
+        "migrate", help="apply pending migrations",
+        description="Apply the numbered migrations in sql/migrations that the database lacks, "
+                    "each in its own transaction, then sql/grants.sql if it changed. "
+                    "Re-running is a no-op.")
+    migrate.add_argument("--to", type=int, metavar="N", help="stop after migration number N")
+    migrate.set_defaults(handler=cmd_migrate)
+    status = db_commands.add_parser("status", help="list applied and pending migrations")
+    status.set_defaults(handler=cmd_status)
+    secret = db_commands.add_parser(
+        "jwt-secret", help="print the JWT secret (for PostgREST's jwt-secret)",
+        description="Print the secret the database signs login tokens with; "
+                    "PostgREST and `pg-shell serve` verify tokens with it.")
+    secret.set_defaults(handler=cmd_jwt_secret)
+
+    user = commands.add_parser("user", help="manage users (over DATABASE_URL)",
+                               description="Create users and set their quotas.")
+    user_commands = user.add_subparsers(dest="user_command", metavar="ACTION", required=True)
+    add = user_commands.add_parser(
+        "add", help="create a user",
+        description="Create a user. The password is read from --password, from stdin when it is "
+                    "not a terminal, or prompted for; --generate makes one up and prints it.")
+    add.add_argument("username")
+    add.add_argument("--password", help="the password (visible in the process list; prefer stdin)")
+    add.add_argument("--generate", action="store_true", help="generate a password and print it")
+    add.set_defaults(handler=cmd_user_add)
+    quota = user_commands.add_parser(
+        "quota", help="show or set a user's quotas",
+        description="Set any of the quotas; the others stay as they are. Prints the result.")
+    quota.add_argument("username")
+    quota.add_argument("--sessions", type=int, help="most sessions the user may have")
+    quota.add_argument("--running", type=int, help="most commands running at once")
+    quota.add_argument("--queued", type=int, help="most unfinished (queued or running) commands")
+    quota.add_argument("--json", action="store_true", help="print JSON")
+    quota.set_defaults(handler=cmd_user_quota)
+
+    executor = commands.add_parser(
+        "executor", help="run the executor daemon",
+        description="Claim commands from the database and run each in a fresh container. "
+                    "Configured by PG_SHELL_* variables (README.md, \"Configuration\"). "
+                    "SIGTERM drains: no new commands, running ones get PG_SHELL_SHUTDOWN_GRACE_S.")
+    executor.set_defaults(handler=cmd_executor)
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    conn = connect(settings.require_database_url())
+    done = migrations.migrate(conn, to=args.to, progress=lambda m: print(m, file=sys.stderr))
+    for notice in conn.notices:
+        print(f"warning: {notice.strip()}", file=sys.stderr)
+    print(f"applied {len(done)}: {', '.join(done)}" if done else "nothing to apply: the schema is up to date")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    for row in migrations.status(connect(settings.require_database_url())):
+        print(f"{row.state:8} {row.name:32} {row.applied_at or ''}")
+    return 0
+
+
+def cmd_jwt_secret(args: argparse.Namespace, settings: Settings) -> int:
+    print(db_admin.jwt_secret(connect(settings.require_database_url())))
+    return 0
+
+
+def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
+    if args.generate:
+        password = secrets.token_urlsafe(12)
+    elif args.password is not None:
+        password = args.password
+    elif not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {args.username}: ")
+    user_id = db_admin.create_user(connect(settings.require_database_url()), args.username, password)
+    print(f"created {args.username} ({user_id})" + (f" with password {password}" if args.generate else ""))
+    return 0
+
+
+def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
+    row = db_admin.set_quota(connect(settings.require_database_url()), args.username,
+                             args.sessions, args.running, args.queued)
+    print(json.dumps(row) if args.json else
+          f"{row['username']}: sessions {row['max_sessions']}, running {row['max_running']}, "
+          f"queued {row['max_queued']}")
+    return 0
+
+
+def cmd_executor(args: argparse.Namespace, settings: Settings) -> int:
+    from executor.daemon import run_executor  # imports docker: only when needed
+
+    return run_executor(settings)

@@ -1,0 +1,44 @@
+"""`pg-shell executor`: builds the worker from the settings, wires signals and
+systemd notification, and runs until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+import sdnotify
+
+from executor.config import Settings
+from executor.sandbox import Sandbox
+from executor.worker import Worker, limits_from
+
+log = logging.getLogger(__name__)
+
+
+def systemd_notifier() -> Callable[[str], None]:
+    """READY/WATCHDOG/STOPPING for a Type=notify unit; nothing without one."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return lambda _: None
+    notifier = sdnotify.SystemdNotifier()
+    return notifier.notify
+
+
+def run_executor(settings: Settings) -> int:
+    stop = threading.Event()
+    sandbox = Sandbox(limits_from(settings), shell_root=settings.shell_root,
+                      docker_host=settings.docker_host, disk_quota=settings.disk_quota,
+                      volume_dir=settings.volumes_dir)
+    worker = Worker(settings, sandbox, stop, notify=systemd_notifier())
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("%s: no new commands; draining", signal.Signals(signum).name)
+        stop.set()
+        worker.wake()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    worker.run()
+    return 0

@@ -1,0 +1,152 @@
+"""The executor's side of the database contract: claim, heartbeat, start,
+output, complete, expire and settle. Every call reconnects and retries on a
+broken connection (tenacity), so a passing PostgreSQL outage only delays."""
+
+from __future__ import annotations
+
+import logging
+import select
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import tenacity
+
+from executor.db.connection import Connection, connect, json_param, query, translated_errors
+from executor.errors import DatabaseError, DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClaimedCommand:
+    command_id: int
+    session_id: str
+    user_id: str
+    command: str
+    cwd: str
+    env: dict[str, str]
+    attempt: int
+    image_digest: str | None
+
+
+class ExecutorDatabase:
+    """One connection, used by one thread at a time, acting as the executor role."""
+
+    def __init__(self, dsn: str, role: str | None, *, name: str = "pg-shell-executor",
+                 persistent: bool = True) -> None:
+        """A ``persistent`` database retries a call until PostgreSQL is back;
+        otherwise a call tries once (reconnecting first if needed) and
+        raises DatabaseUnavailable."""
+        self._dsn = dsn
+        self._role = role
+        self._name = name
+        self._conn: Connection | None = None
+        self._retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(DatabaseUnavailable),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+            stop=tenacity.stop_never if persistent else tenacity.stop_after_attempt(1),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        self.close()
+        log.warning("database unavailable, retrying (attempt %d): %s",
+                    state.attempt_number, state.outcome.exception() if state.outcome else "")
+
+    def connection(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self._dsn, role=self._role, application_name=self._name)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close
+                pass
+            self._conn = None
+
+    def call(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        try:
+            return self._retrying(lambda: query(self.connection(), sql, params))
+        except DatabaseUnavailable:
+            self.close()
+            raise
+
+    # -- the contract -------------------------------------------------------
+
+    def claim(self, worker_id: str, limit: int, lease_s: int) -> list[ClaimedCommand]:
+        rows = self.call("SELECT * FROM shell.claim_commands(%s, %s, %s)", (worker_id, limit, lease_s))
+        return [ClaimedCommand(**row) for row in rows]
+
+    def heartbeat(self, worker_id: str, held: dict[int, int], lease_s: int) -> dict[int, bool]:
+        """Renews the leases in ``held`` (command id → attempt); returns the
+        ones still held, each with whether a cancel was requested."""
+        rows = self.call(
+            "SELECT * FROM shell.heartbeat(%s, %s::bigint[], %s::integer[], %s)",
+            (worker_id, list(held), list(held.values()), lease_s),
+        )
+        return {r["command_id"]: r["cancel_requested"] for r in rows}
+
+    def mark_started(self, cmd: ClaimedCommand, worker_id: str, container_id: str, image_digest: str) -> None:
+        self.call("SELECT shell.mark_started(%s, %s, %s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))
+
+    def append_output(self, cmd: ClaimedCommand, worker_id: str, seq: int, data: str) -> None:
+        self.call("SELECT shell.append_output(%s, %s, %s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt, seq, data))
+
+    def complete(self, cmd: ClaimedCommand, worker_id: str, *, status: str, exit_code: int | None,
+                 reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
+                 duration_ms: int | None) -> None:
+        self.call(
+            "SELECT shell.complete_command(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (cmd.command_id, worker_id, cmd.attempt, status, exit_code, reason, truncated,
+             cwd, json_param(env) if env is not None else None, duration_ms),
+        )
+
+    def expire_leases(self) -> list[dict[str, Any]]:
+        return self.call("SELECT * FROM shell.expire_leases()")
+
+    def settle_worker(self, worker_id: str, started_ids: list[int]) -> list[dict[str, Any]]:
+        return self.call("SELECT * FROM shell.settle_worker(%s, %s::bigint[])", (worker_id, started_ids))
+
+    def live_commands(self, command_ids: list[int]) -> set[int]:
+        rows = self.call("SELECT id FROM shell.live_commands(%s::bigint[]) AS id", (command_ids,))
+        return {r["id"] for r in rows}
+
+
+class Listener:
+    """LISTEN on the executor's channels; NOTIFY is only a hint, so callers
+    also poll."""
+
+    CHANNELS = ("shell_commands", "shell_cancel")
+
+    def __init__(self, db: ExecutorDatabase) -> None:
+        self._db = db
+        self._listening = False
+
+    def wait(self, timeout: float, wake_fd: int) -> Iterator[tuple[str, str]]:
+        """Yields (channel, payload) of notifications that arrive within
+        ``timeout`` seconds; returns early on the first batch or when
+        ``wake_fd`` becomes readable."""
+        try:
+            conn = self._db.connection()
+            if not self._listening:
+                query(conn, "; ".join(f"LISTEN {c}" for c in self.CHANNELS))
+                self._listening = True
+            if not conn.notifies:
+                select.select([conn, wake_fd], [], [], timeout)
+                with translated_errors():
+                    conn.poll()
+        except (DatabaseError, OSError) as exc:
+            log.warning("listen connection lost, polling meanwhile: %s", exc)
+            self._db.close()
+            self._listening = False
+            select.select([wake_fd], [], [], timeout)
+            return
+        while conn.notifies:
+            note = conn.notifies.pop(0)
+            yield note.channel, note.payload

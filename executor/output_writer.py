@@ -1,0 +1,53 @@
+"""Streams a command's output into the database while it runs: pieces are
+batched and flushed every few tens of milliseconds, each batch an output
+chunk with the next sequence number (so a retry never duplicates one)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from executor.errors import PgShellError
+
+log = logging.getLogger(__name__)
+
+
+class OutputWriter:
+    def __init__(self, flush: Callable[[int, str], None], interval_s: float) -> None:
+        self._flush = flush
+        self._interval_s = interval_s
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._closed = threading.Event()
+        # Flushing runs in its own thread so quiet output still reaches the
+        # database within one interval.
+        self._thread = threading.Thread(target=self._loop, name="output-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, text: str) -> None:
+        if text:
+            with self._lock:
+                self._pending.append(text)
+
+    def _drain(self) -> None:
+        with self._lock:
+            data, self._pending = "".join(self._pending), []
+        if data:
+            self._flush(self._seq, data)
+            self._seq += 1
+
+    def _loop(self) -> None:
+        while not self._closed.wait(self._interval_s):
+            try:
+                self._drain()
+            except PgShellError as exc:  # the lease is gone; the worker settles that
+                log.warning("output not saved: %s", exc)
+                return
+
+    def close(self) -> None:
+        """Stops the flusher and writes what is left."""
+        self._closed.set()
+        self._thread.join()
+        self._drain()

@@ -1,0 +1,47 @@
+"""Plain records passed into and out of the sandbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-command limits; each one is enforced by the container runtime."""
+
+    timeout_s: float = 30
+    memory_bytes: int = 256 * MiB  # also the memory+swap limit: no swap
+    pids: int = 128  # --pids-limit, not an nproc ulimit (that one is per uid, host-wide)
+    cpus: float = 1.0
+    nofile: int = 256
+    fsize_bytes: int = 64 * MiB
+    tmpfs_bytes: int = 16 * MiB
+    output_cap_bytes: int = 1 * MiB
+    disk_quota_bytes: int = 256 * MiB  # size of the session's ext4 image
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    command_id: int
+    session_id: str
+    worker_id: str
+    command: str
+    cwd: str  # the session's cwd at claim time
+    env: dict[str, str] = field(hash=False)  # the session's exported env at claim time
+    image: str  # an immutable image id (sha256:…) or a tag
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    reason: str | None  # None, "timeout", "oom", "cancelled"
+    output_bytes: int  # bytes the command wrote (state report excluded), kept or not
+    truncated: bool
+    duration_s: float  # start → exit
+    cwd: str  # validated new cwd, or the request's
+    env: dict[str, str] = field(hash=False)  # validated new env, or the request's
+    state_note: str | None  # why the reported state was rejected (None: accepted)
+    container_id: str
+    image_digest: str

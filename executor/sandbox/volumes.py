@@ -1,0 +1,203 @@
+"""Session volumes: the only writable storage a command sees (besides /tmp).
+
+Two kinds, chosen by ``Sandbox(disk_quota=...)``:
+
+* "loop" (default, rootful engine): this kernel has no filesystem quotas, so
+  each session gets a fixed-size ext4 image file under ``state_dir``,
+  attached to a loop device, and a Docker ``local`` volume with
+  ``type=ext4, device=/dev/loopN``. The filesystem's size *is* the quota:
+  writes past it fail with ENOSPC. (Docker's local driver rejects ``o=loop``,
+  so the loop device is attached here first.) Needs root on the host.
+* "none": a plain named volume, no quota. For rootless engines, where the
+  executor cannot attach loop devices; pair it with a quota on the engine's
+  data directory if the host has one.
+
+Host paths here are built only from the validated session id, never from
+anything a tenant controls inside the container.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from .errors import EngineUnavailable, InvalidSessionId, VolumeError
+
+VOLUME_PREFIX = "pg-shell-home-"
+SESSION_LABEL = "pg-shell.session-id"
+# Docker volume names allow [a-zA-Z0-9][a-zA-Z0-9_.-]; the id also becomes a
+# file name, so nothing else (no "/", no leading ".") is accepted.
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+DEFAULT_STATE_DIR = "/var/lib/pg-shell/volumes"
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+
+
+def volume_name(session_id: str) -> str:
+    if not SESSION_ID_RE.match(session_id):
+        raise InvalidSessionId(f"invalid session id {session_id[:64]!r}")
+    return VOLUME_PREFIX + session_id
+
+
+def _run(*argv: str) -> str:
+    try:
+        done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        stderr = getattr(exc, "stderr", "") or ""
+        raise VolumeError(f"{argv[0]} failed: {stderr.strip() or exc}") from exc
+    return done.stdout
+
+
+class PlainVolumes:
+    """disk_quota="none": one named volume per session, no size limit."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self._client = client
+
+    def volume_for(self, session_id: str) -> str:
+        name = volume_name(session_id)
+        try:
+            self._client.volumes.get(name)
+        except docker.errors.NotFound:
+            try:
+                self._client.volumes.create(name, driver="local", labels={SESSION_LABEL: session_id})
+            except docker.errors.APIError as exc:
+                raise VolumeError(f"cannot create volume {name}: {exc}") from exc
+        except docker.errors.DockerException as exc:
+            raise EngineUnavailable(str(exc)) from exc
+        return name
+
+    def release(self, session_id: str) -> None:
+        """Nothing host-wide to give back for a plain volume."""
+
+    def remove(self, session_id: str) -> None:
+        """Delete the session's files for good."""
+        _remove_volume(self._client, volume_name(session_id))
+
+
+class LoopVolumes:
+    """disk_quota="loop": a fixed-size ext4 image per session."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        size_bytes: int,
+        state_dir: str = DEFAULT_STATE_DIR,
+    ) -> None:
+        self._client = client
+        self._size = size_bytes
+        self._dir = Path(state_dir)
+        self._lock = threading.Lock()
+
+    def image_path(self, session_id: str) -> Path:
+        return self._dir / f"{volume_name(session_id)}.ext4"
+
+    def volume_for(self, session_id: str) -> str:
+        """Create on first use; re-attach after a reboot. Returns the volume name."""
+        name = volume_name(session_id)
+        with self._locked():
+            image = self._ensure_image(session_id)
+            loop = self._loop_of(image) or _run("losetup", "--find", "--show", str(image)).strip()
+            self._ensure_volume(name, session_id, loop)
+        return name
+
+    def release(self, session_id: str) -> None:
+        """Give back the loop device of an idle session (data stays in the image).
+
+        Loop devices are a host-wide resource; attach on demand, detach when
+        idle. Fails with VolumeError if a container still uses the volume.
+        """
+        with self._locked():
+            _remove_volume(self._client, volume_name(session_id))
+            loop = self._loop_of(self.image_path(session_id))
+            if loop:
+                _run("losetup", "--detach", loop)
+
+    def remove(self, session_id: str) -> None:
+        """Delete the session's files for good."""
+        self.release(session_id)
+        self.image_path(session_id).unlink(missing_ok=True)
+
+    # -- helpers -----------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        # The thread lock orders this executor's workers; the file lock
+        # orders several executor processes on one host (losetup --find
+        # and the volume check are not atomic).
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with self._lock, open(self._dir / ".lock", "w") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            yield
+
+    def _ensure_image(self, session_id: str) -> Path:
+        image = self.image_path(session_id)
+        if image.exists():
+            return image
+        # Build under a temporary name so a crash never leaves a
+        # half-made filesystem under the real one.
+        tmp = image.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            _run("fallocate", "--length", str(self._size), str(tmp))
+            # -m 0: no blocks reserved for root, the user is uid 1000.
+            # root_owner: the user owns the root dir, i.e. their home.
+            _run(
+                "mkfs.ext4", "-q", "-F", "-m", "0",
+                "-E", f"root_owner={SANDBOX_UID}:{SANDBOX_GID}", str(tmp),
+            )
+            os.replace(tmp, image)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return image
+
+    @staticmethod
+    def _loop_of(image: Path) -> str | None:
+        out = _run("losetup", "--noheadings", "--output", "NAME", "--associated", str(image))
+        names = out.split()
+        return names[0] if names else None
+
+    def _ensure_volume(self, name: str, session_id: str, loop: str) -> None:
+        try:
+            try:
+                volume = self._client.volumes.get(name)
+            except docker.errors.NotFound:
+                volume = None
+            if volume is not None:
+                if (volume.attrs.get("Options") or {}).get("device") == loop:
+                    return
+                # After a reboot the loop number differs, and /dev/loopN may
+                # now back ANOTHER session's image: a volume pointing at it
+                # must never be mounted. Volume options are immutable, so
+                # replace the volume; the data lives in the image file.
+                volume.remove()
+            self._client.volumes.create(
+                name,
+                driver="local",
+                driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev"},
+                labels={SESSION_LABEL: session_id},
+            )
+        except docker.errors.APIError as exc:
+            raise VolumeError(f"cannot prepare volume {name} on {loop}: {exc}") from exc
+        except docker.errors.DockerException as exc:
+            raise EngineUnavailable(str(exc)) from exc
+
+
+def _remove_volume(client: docker.DockerClient, name: str) -> None:
+    try:
+        client.volumes.get(name).remove()
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        raise VolumeError(f"cannot remove volume {name}: {exc}") from exc
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailable(str(exc)) from exc

@@ -1,0 +1,314 @@
+"""The claim loop: wake on NOTIFY (or poll), claim the head command of free
+sessions, run each in the sandbox on a thread of its own, keep leases alive,
+and drain on shutdown. It speaks to PostgreSQL through executor.db and to
+Docker through executor.sandbox, never to either library directly."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import tenacity
+
+from executor.config import Settings
+from executor.db.queue import ClaimedCommand, ExecutorDatabase, Listener
+from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
+from executor.outcome import LEASE_LOST, SHUTDOWN, outcome_of
+from executor.output_writer import OutputWriter
+from executor.sandbox import EngineUnavailable, ImageNotFound, Limits, RunRequest, Sandbox, SandboxError
+
+log = logging.getLogger(__name__)
+MiB = 1024 * 1024
+
+
+@dataclass
+class Run:
+    """A command this worker holds, and why it was told to stop, if it was."""
+
+    claimed: ClaimedCommand
+    cancel: threading.Event = field(default_factory=threading.Event)
+    kill_reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if not self.cancel.is_set():
+            self.kill_reason = reason
+            self.cancel.set()
+
+
+def limits_from(settings: Settings) -> Limits:
+    return Limits(
+        timeout_s=settings.timeout_s, memory_bytes=settings.memory_mb * MiB, pids=settings.pids,
+        cpus=settings.cpus, nofile=settings.nofile, fsize_bytes=settings.fsize_mb * MiB,
+        tmpfs_bytes=settings.tmpfs_mb * MiB, output_cap_bytes=settings.output_cap_bytes,
+        disk_quota_bytes=settings.disk_quota_mb * MiB,
+    )
+
+
+class Worker:
+    def __init__(self, settings: Settings, sandbox: Sandbox, stop: threading.Event,
+                 notify: Callable[[str], None] = lambda _: None) -> None:
+        self.settings = settings
+        self.worker_id = settings.effective_worker_id()
+        self._sandbox = sandbox
+        self._stop = stop
+        self._notify = notify
+        self._dsn = settings.require_database_url()
+        # The main loop must stay responsive (signals, watchdog) during an
+        # outage, so its connections try once per round; command threads
+        # retry until the database is back.
+        self._control = self._database("claim", persistent=False)
+        self._listener = Listener(self._database("listen", persistent=False))
+        self._runs: dict[int, Run] = {}
+        self._runs_lock = threading.Lock()
+        self._idle_dbs: queue.SimpleQueue[ExecutorDatabase] = queue.SimpleQueue()
+        self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="command")
+        self._remover = ThreadPoolExecutor(1, thread_name_prefix="remove")
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._maintenance_done = threading.Event()
+        self.image = ""
+
+    def _database(self, purpose: str, persistent: bool = True) -> ExecutorDatabase:
+        return ExecutorDatabase(self._dsn, self.settings.executor_role,
+                                name=f"pg-shell-executor {purpose}", persistent=persistent)
+
+    def wake(self) -> None:
+        """Interrupts the main loop's wait (a slot freed, or stop was asked)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # already awake
+
+    # -- start-up ----------------------------------------------------------------
+
+    def start_up(self) -> None:
+        isolation = self._sandbox.isolation()
+        log.info("worker %s: engine isolation is %s", self.worker_id, isolation)
+        if isolation == "rootful" and not self.settings.allow_rootful:
+            raise PgShellError(
+                "the Docker engine is rootful: a container escape would be root on the host. "
+                "Use a rootless engine (ops/rootless-docker), or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
+        self.image = self._sandbox.image_digest(self.settings.image)
+        log.info("sandbox image %s is %s", self.settings.image, self.image)
+        db = self._database("start-up")
+        # Containers this worker id left behind may have run even if they
+        # were never marked running: those commands must not run again.
+        leftovers = self._sandbox.command_ids(self.worker_id)
+        for row in db.settle_worker(self.worker_id, leftovers):
+            log.warning("settled command_id=%s of a previous run of this worker: %s",
+                        row["command_id"], row["status"])
+        self._reap(db)
+        self._idle_dbs.put(db)
+
+    # -- the main loop -------------------------------------------------------------
+
+    def run(self) -> None:
+        self.start_up()
+        maintenance = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
+        maintenance.start()
+        self._notify("READY=1")
+        log.info("worker %s ready: concurrency %d", self.worker_id, self.settings.concurrency)
+        while not self._stop.is_set():
+            self._notify("WATCHDOG=1")
+            self._claim()
+            self._wait_for_work()
+        self._notify("STOPPING=1")
+        self._drain()
+        self._maintenance_done.set()
+        maintenance.join()
+        self._remover.shutdown(wait=True)
+        log.info("worker %s stopped", self.worker_id)
+
+    def _free_slots(self) -> int:
+        with self._runs_lock:
+            return self.settings.concurrency - len(self._runs)
+
+    def _claim(self) -> None:
+        while (free := self._free_slots()) > 0 and not self._stop.is_set():
+            try:
+                claimed = self._control.claim(self.worker_id, free, self.settings.lease_s)
+            except DatabaseUnavailable as exc:
+                log.warning("cannot claim, database unavailable: %s", exc)
+                return
+            for command in claimed:
+                run = Run(command)
+                with self._runs_lock:
+                    self._runs[command.command_id] = run
+                log.info("claimed command_id=%s session_id=%s attempt=%s",
+                         command.command_id, command.session_id, command.attempt)
+                self._threads.submit(self._execute, run)
+            if len(claimed) < free:
+                return
+
+    def _wait_for_work(self) -> None:
+        for channel, payload in self._listener.wait(self.settings.poll_interval_s, self._wake_r):
+            if channel == "shell_cancel" and payload.isdigit():
+                self._cancel(int(payload), "cancelled")
+        try:
+            os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            pass
+
+    def _cancel(self, command_id: int, reason: str) -> None:
+        with self._runs_lock:
+            run = self._runs.get(command_id)
+        if run:
+            log.info("stopping command_id=%s: %s", command_id, reason)
+            run.stop(reason)
+
+    # -- one command -----------------------------------------------------------------
+
+    def _execute(self, run: Run) -> None:
+        try:
+            db = self._idle_dbs.get_nowait()
+        except queue.Empty:
+            db = self._database("command")
+        try:
+            self._execute_with(db, run)
+        except LeaseLost as exc:
+            log.warning("command_id=%s: %s", run.claimed.command_id, exc)
+        except Exception:  # noqa: BLE001 - one command's failure never ends the worker
+            log.exception("command_id=%s failed in the executor", run.claimed.command_id)
+        finally:
+            self._idle_dbs.put(db)
+            with self._runs_lock:
+                self._runs.pop(run.claimed.command_id, None)
+            self.wake()
+
+    def _execute_with(self, db: ExecutorDatabase, run: Run) -> None:
+        cmd = run.claimed
+        if run.cancel.is_set():
+            self._complete_unstarted(db, run, run.kill_reason or "cancelled")
+            return
+        started = threading.Event()
+        image = self._image_for(cmd)
+
+        def on_started(container_id: str) -> None:
+            db.mark_started(cmd, self.worker_id, container_id, image)
+            started.set()
+            log.info("started command_id=%s container_id=%s", cmd.command_id, container_id[:12])
+
+        writer = OutputWriter(lambda seq, data: db.append_output(cmd, self.worker_id, seq, data),
+                              self.settings.output_flush_interval_s)
+        request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
+                             worker_id=self.worker_id, command=cmd.command, cwd=cmd.cwd,
+                             env=dict(cmd.env), image=image)
+        try:
+            result = self._run_until_engine_answers(request, on_started, writer, run, started)
+        except SandboxError as exc:
+            writer.close()
+            if started.is_set():
+                reason = f"engine error: {exc}"
+                db.complete(cmd, self.worker_id, status="failed", exit_code=None, reason=reason,
+                            truncated=False, cwd=None, env=None, duration_ms=None)
+            else:
+                self._complete_unstarted(db, run, f"container failed to start: {exc}")
+            return
+        if result.state_note:
+            writer.write(f"\n[pg-shell: {result.state_note}]\n")
+        writer.close()
+        end = outcome_of(result.exit_code, result.reason, run.kill_reason)
+        db.complete(cmd, self.worker_id, status=end.status, exit_code=end.exit_code, reason=end.reason,
+                    truncated=result.truncated, cwd=result.cwd, env=result.env,
+                    duration_ms=int(result.duration_s * 1000))
+        log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
+                 cmd.command_id, end.status, end.exit_code, end.reason)
+        self._remover.submit(self._remove, result.container_id)
+
+    def _run_until_engine_answers(self, request: RunRequest, on_started: Callable[[str], None],
+                                  writer: OutputWriter, run: Run, started: threading.Event):
+        """Runs the command; while the engine is unreachable and nothing has
+        started, waits and tries again (the lease is kept alive meanwhile)."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, EngineUnavailable) and not started.is_set() and not run.cancel.is_set()),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            stop=tenacity.stop_when_event_set(self._stop),
+            before_sleep=lambda s: log.warning("engine unavailable, command_id=%s waits: %s",
+                                               request.command_id, s.outcome.exception() if s.outcome else ""),
+            reraise=True,
+        )
+        return retrying(self._sandbox.run, request, on_started, writer.write, run.cancel)
+
+    def _complete_unstarted(self, db: ExecutorDatabase, run: Run, reason: str) -> None:
+        status = "cancelled" if reason == "cancelled" else "failed"
+        db.complete(run.claimed, self.worker_id, status=status, exit_code=None, reason=reason,
+                    truncated=False, cwd=None, env=None, duration_ms=None)
+        log.info("completed command_id=%s without running it: %s", run.claimed.command_id, reason)
+
+    def _image_for(self, cmd: ClaimedCommand) -> str:
+        """A replay runs on its original's image while that image exists."""
+        if cmd.image_digest and cmd.image_digest != self.image:
+            try:
+                return self._sandbox.image_digest(cmd.image_digest)
+            except ImageNotFound:
+                log.info("command_id=%s: image %s is gone, using %s", cmd.command_id, cmd.image_digest, self.image)
+        return self.image
+
+    def _remove(self, container_id: str) -> None:
+        try:
+            self._sandbox.remove_container(container_id)
+        except SandboxError as exc:
+            log.warning("container_id=%s not removed (the reaper will): %s", container_id[:12], exc)
+
+    # -- leases, cancellation, clean-up -------------------------------------------------
+
+    def _maintain(self) -> None:
+        db = self._database("maintenance", persistent=False)
+        last_expiry = last_reap = time.monotonic()
+        while not self._maintenance_done.wait(self.settings.heartbeat_interval_s):
+            try:
+                self._heartbeat(db)
+                now = time.monotonic()
+                if now - last_expiry >= self.settings.lease_s / 2:
+                    for row in db.expire_leases():
+                        log.warning("lease expired: command_id=%s is now %s", row["command_id"], row["status"])
+                    last_expiry = now
+                if now - last_reap >= self.settings.reap_interval_s:
+                    self._reap(db)
+                    last_reap = now
+            except PgShellError as exc:
+                log.warning("maintenance round failed, will retry: %s", exc)
+
+    def _heartbeat(self, db: ExecutorDatabase) -> None:
+        with self._runs_lock:
+            held = {cid: run.claimed.attempt for cid, run in self._runs.items()}
+        if not held:
+            return
+        alive = db.heartbeat(self.worker_id, held, self.settings.lease_s)
+        for command_id in held:
+            if command_id not in alive:
+                self._cancel(command_id, LEASE_LOST)
+            elif alive[command_id]:
+                self._cancel(command_id, "cancelled")
+
+    def _reap(self, db: ExecutorDatabase) -> None:
+        def keep(command_id: int) -> bool:
+            with self._runs_lock:
+                if command_id in self._runs:
+                    return True
+            return bool(db.live_commands([command_id]))
+
+        for container_id in self._sandbox.reap(keep):
+            log.info("removed leftover container_id=%s", container_id[:12])
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Lets running commands finish within the grace period, then kills
+        them (recorded as "executor shutdown")."""
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        log.info("draining: %d commands running, grace %.0fs", len(self._runs), self.settings.shutdown_grace_s)
+        while self._runs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self._runs_lock:
+            for run in self._runs.values():
+                run.stop(SHUTDOWN)
+        self._threads.shutdown(wait=True)

@@ -1,0 +1,41 @@
+# ops/lib.sh: helpers shared by the ops/ scripts. Source it; do not run it.
+# shellcheck shell=bash
+
+PROJECT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# One-line progress messages and errors, always to stderr (stdout is for results such as a DSN).
+say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+# Where logs, pids and the persistent cluster live: $PROJECT/.state unless PG_SHELL_STATE_DIR is set.
+state_dir() {
+  local d=${PG_SHELL_STATE_DIR:-$PROJECT/.state}
+  mkdir -p "$d" || die "cannot create state dir $d"
+  printf '%s\n' "$d"
+}
+
+# Run a command as root (directly when we are root, else through sudo).
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else die "need root for: $*"; fi
+}
+
+# apt_install PKG...: install the packages that are not installed yet, with apt's default sources.
+# Runs 'apt-get update' at most once per process, and only when something is missing.
+_apt_updated=
+apt_install() {
+  local p missing=() log
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log="$(state_dir)/apt.log"
+  say "installing ${missing[*]} (log: $log)"
+  if [ -z "$_apt_updated" ]; then
+    as_root apt-get update -q >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "apt-get update failed"; }
+    _apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >>"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "apt-get install ${missing[*]} failed"; }
+}

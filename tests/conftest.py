@@ -1,0 +1,73 @@
+"""Shared fixtures: a real PostgreSQL (DATABASE_URL), a migrated template
+database built once per run and cloned for each test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg2
+import pytest
+
+from executor.db import migrations
+from executor.db.connection import connect
+
+CI = os.environ.get("CI") == "true"
+
+
+def require(available: bool, what: str) -> None:
+    """Skips locally when a service is missing; under CI=true that is a failure."""
+    if not available:
+        if CI:
+            pytest.fail(f"{what} is required under CI=true")
+        pytest.skip(f"{what} is not available (set it up with ops/test; under CI this fails)")
+
+
+def with_database(dsn: str, dbname: str) -> str:
+    return psycopg2.extensions.make_dsn(dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> str:
+    dsn = os.environ.get("DATABASE_URL", "")
+    reachable = False
+    if dsn:
+        try:
+            psycopg2.connect(dsn, connect_timeout=3).close()
+            reachable = True
+        except psycopg2.Error:
+            pass
+    require(reachable, "PostgreSQL (DATABASE_URL)")
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def template_db(admin_dsn: str) -> Iterator[str]:
+    name = f"pgshell_tpl_{os.getpid()}"
+    admin = connect(admin_dsn)
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn = connect(with_database(admin_dsn, name))
+    migrations.migrate(conn)
+    conn.close()
+    yield name
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture
+def db(admin_dsn: str, template_db: str) -> Iterator[str]:
+    """The DSN (superuser) of a fresh, migrated database for this test."""
+    name = f"pgshell_t_{uuid.uuid4().hex[:12]}"
+    admin = connect(admin_dsn)
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    try:
+        yield with_database(admin_dsn, name)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
