@@ -71,3 +71,32 @@ def db(admin_dsn: str, template_db: str) -> Iterator[str]:
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception:  # noqa: BLE001 - any failure means no engine
+        client = None
+    require(client is not None, "a Docker engine")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client) -> str:
+    """The sandbox image id: PG_SHELL_IMAGE (set by ops/test), else built now."""
+    ref = os.environ.get("PG_SHELL_IMAGE")
+    if not ref:
+        import subprocess
+        from pathlib import Path
+
+        built = subprocess.run([str(Path(__file__).resolve().parents[1] / "ops" / "build-sandbox-image")],
+                               capture_output=True, text=True, timeout=1200)
+        assert built.returncode == 0, built.stderr[-4000:]
+        ref = built.stdout.strip().splitlines()[-1]
+    return docker_client.images.get(ref).id

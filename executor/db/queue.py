@@ -95,6 +95,8 @@ class ExecutorDatabase:
                   (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))
 
     def append_output(self, cmd: ClaimedCommand, worker_id: str, seq: int, data: str) -> None:
+        # NUL is valid output but cannot be stored in a PostgreSQL text value.
+        data = data.replace("\x00", "\ufffd")
         self.call("SELECT shell.append_output(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, seq, data))
 

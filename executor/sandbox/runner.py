@@ -21,22 +21,16 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import Mount, Ulimit
 from docker.utils.socket import frames_iter
 
 from .errors import ContainerFailed, EngineUnavailable, ImageNotFound, SandboxError
 from .model import Limits, RunRequest, RunResult
 from .output import OutputCapper, StateExtractor
-from .state import NAME_RE, is_reserved, resolve_state
+from .spec import LABEL_COMMAND, LABEL_WORKER, container_args, host_config_args
+from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 
 log = logging.getLogger(__name__)
-
-LABEL_COMMAND = "pg-shell.command-id"
-LABEL_SESSION = "pg-shell.session-id"
-LABEL_WORKER = "pg-shell.worker-id"
-SANDBOX_USER = "1000:1000"
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_OOM = 137  # 128 + SIGKILL, what the shell would show
@@ -123,6 +117,7 @@ class Sandbox:
         nonce = secrets.token_hex(16)
         volume = self.volumes.volume_for(req.session_id)
         container_id = self._create(req, volume, nonce)
+        raw: socket.socket | None = None
         try:
             sock = self._api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -132,6 +127,8 @@ class Sandbox:
             self._api.start(container_id)
             started = time.monotonic()
         except ENGINE_ERRORS as exc:
+            if raw is not None:
+                raw.close()
             # The caller never saw this container; do not leak it.
             self.remove_container(container_id)
             raise _engine_error(exc, "start container", container_id) from exc
@@ -150,63 +147,16 @@ class Sandbox:
                 pass
 
     def _create(self, req: RunRequest, volume: str, nonce: str) -> str:
-        lim = self.limits
-        host_config = self._api.create_host_config(
-            read_only=True,
-            network_mode="none",
-            cap_drop=["ALL"],
-            # The engine's default seccomp profile stays: never "seccomp=unconfined".
-            security_opt=["no-new-privileges"],
-            privileged=False,
-            pids_limit=lim.pids,
-            mem_limit=lim.memory_bytes,
-            memswap_limit=lim.memory_bytes,  # equal: no swap
-            nano_cpus=int(lim.cpus * 1e9),
-            ulimits=[
-                Ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
-                Ulimit(name="fsize", soft=lim.fsize_bytes, hard=lim.fsize_bytes),
-            ],
-            # exec is allowed on /tmp: the session volume is executable anyway,
-            # so noexec here would only break `./script.sh` in /tmp.
-            tmpfs={"/tmp": f"rw,nosuid,nodev,exec,size={lim.tmpfs_bytes},mode=1777"},
-            mounts=[
-                Mount(target=self.shell_root, source=volume, type="volume", no_copy=True)
-            ],
-            auto_remove=False,
-        )
         try:
             created = self._api.create_container(
-                image=req.image,
-                user=SANDBOX_USER,
-                hostname="sandbox",
-                stdin_open=True,
-                # detach=False makes docker-py set StdinOnce: our half-close
-                # of the attach socket then reaches the command as EOF.
-                detach=False,
-                tty=False,
-                environment=self._environment(req, nonce),
-                labels={
-                    LABEL_COMMAND: str(req.command_id),
-                    LABEL_SESSION: req.session_id,
-                    LABEL_WORKER: req.worker_id,
-                },
-                working_dir=self.shell_root,
-                host_config=host_config,
+                host_config=self._api.create_host_config(
+                    **host_config_args(self.limits, self.shell_root, volume)
+                ),
+                **container_args(req, self.shell_root, nonce),
             )
         except ENGINE_ERRORS as exc:
             raise _engine_error(exc, f"create container for command {req.command_id}") from exc
         return str(created["Id"])
-
-    def _environment(self, req: RunRequest, nonce: str) -> list[str]:
-        """Only the session's env plus our few variables: never os.environ."""
-        env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
-        env.update(
-            (k, v) for k, v in req.env.items() if NAME_RE.match(k) and not is_reserved(k)
-        )
-        env["HOME"] = self.shell_root
-        env["PG_SHELL_CWD"] = req.cwd
-        env["PG_SHELL_NONCE"] = nonce
-        return [f"{k}={v}" for k, v in env.items()]
 
     def _supervise(
         self,
@@ -226,6 +176,7 @@ class Sandbox:
         # backpressure: a slow consumer slows the reader, not our memory.
         frames: queue.Queue[object] = queue.Queue(maxsize=64)
         exited = threading.Event()
+        stop = threading.Event()  # we gave up: helper threads must not block forever
         exit_status: dict[str, Any] = {}
 
         def write_stdin() -> None:
@@ -235,14 +186,24 @@ class Sandbox:
             except OSError:
                 pass  # the container died first; its exit status says why
 
+        def put(item: object) -> bool:
+            while not stop.is_set():
+                try:
+                    frames.put(item, timeout=POLL_S)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def read_frames() -> None:
             try:
                 for stream, data in frames_iter(sock, tty=False):
-                    frames.put((stream, data))
+                    if not put((stream, data)):
+                        return
             except OSError:
-                pass
+                pass  # the socket was closed under us: we stopped reading
             finally:
-                frames.put(_EOF)
+                put(_EOF)
 
         def wait_exit() -> None:
             try:
@@ -256,7 +217,25 @@ class Sandbox:
             threading.Thread(
                 target=target, name=f"sandbox-{target.__name__}-{req.command_id}", daemon=True
             ).start()
+        try:
+            return self._collect(
+                req, container_id, nonce, started, on_output, cancel, frames, exited, exit_status
+            )
+        finally:
+            stop.set()
 
+    def _collect(
+        self,
+        req: RunRequest,
+        container_id: str,
+        nonce: str,
+        started: float,
+        on_output: OnOutput,
+        cancel: threading.Event,
+        frames: queue.Queue[object],
+        exited: threading.Event,
+        exit_status: dict[str, Any],
+    ) -> RunResult:
         extractor = StateExtractor(nonce)
         capper = OutputCapper(self.limits.output_cap_bytes)
         deadline = started + self.limits.timeout_s
@@ -275,6 +254,9 @@ class Sandbox:
                 exited_at = time.monotonic()
             if exited_at is not None and time.monotonic() - exited_at > STREAM_GRACE_S:
                 break  # exited, but something keeps the stream open: stop reading
+            if stream_done:
+                exited.wait(POLL_S)  # output is over; only the exit is missing
+                continue
             try:
                 item = frames.get(timeout=POLL_S)
             except queue.Empty:
@@ -364,6 +346,15 @@ class Sandbox:
             return
         except ENGINE_ERRORS as exc:
             raise _engine_error(exc, "remove container", container_id) from exc
+
+    def command_ids(self, worker_id: str) -> list[int]:
+        """Ids of the commands whose containers (running or not) this worker left on the engine."""
+        try:
+            containers = self._api.containers(all=True, filters={"label": f"{LABEL_WORKER}={worker_id}"})
+        except ENGINE_ERRORS as exc:
+            raise _engine_error(exc, "list containers") from exc
+        labels = ((c.get("Labels") or {}).get(LABEL_COMMAND, "") for c in containers)
+        return [int(label) for label in labels if label.isdigit()]
 
     def reap(self, keep: Callable[[int], bool]) -> list[str]:
         """Remove pg-shell containers whose command id ``keep`` rejects.
