@@ -4,6 +4,7 @@ validated when a command starts, never read at import time."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 import uuid
 from typing import Literal
 
@@ -21,6 +22,13 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("PG_SHELL_DATABASE_URL", "DATABASE_URL")
     )
+    # The gateway logs in as shell_authenticator (PostgREST's model); without
+    # this it uses DATABASE_URL and switches roles per request all the same.
+    gateway_database_url: str | None = None
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(default=8080, ge=1, le=65535)
+    html_dir: str = str(Path(__file__).resolve().parents[1] / "html")
+
     # The role the executor acts as after connecting (it needs nothing more).
     executor_role: str = "shell_executor"
     worker_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")

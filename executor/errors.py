@@ -15,10 +15,12 @@ class ConfigError(PgShellError):
 class DatabaseError(PgShellError):
     """PostgreSQL refused a statement; ``sqlstate`` says why (e.g. 22023)."""
 
-    def __init__(self, message: str, sqlstate: str | None = None, hint: str | None = None) -> None:
+    def __init__(self, message: str, sqlstate: str | None = None, hint: str | None = None,
+                 detail: str | None = None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
         self.hint = hint
+        self.detail = detail
 
 
 class DatabaseUnavailable(DatabaseError):

@@ -32,6 +32,7 @@ GRANT EXECUTE ON FUNCTION
     shell_api.latest_output(uuid, bigint, integer),
     shell_api.latest_output_html(uuid, bigint, integer),
     shell_api.session_changes(uuid, bigint, integer),
+    shell_api.session_changes_html(uuid, bigint, integer),
     shell_api.submit_command_html(uuid, text),
     shell_api.cancel_command(bigint),
     shell_api.fork_session(bigint),
@@ -42,7 +43,8 @@ GRANT EXECUTE ON FUNCTION
     shell.check_page(bigint, integer),
     shell.output_of(shell.commands),
     shell.html_escape(text),
-    shell.command_html(bigint, text, text, integer, text)
+    shell.ansi_html(text),
+    shell.render_command(shell.commands)
 TO shell_user;
 GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks TO shell_user;
 

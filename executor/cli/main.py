@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from executor.cli import admin
+from executor.cli import admin, serve
 from executor.config import load_settings
 from executor.errors import DatabaseError, PgShellError
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     admin.register(commands)
+    serve.register(commands)
     return parser
 
 

@@ -24,13 +24,14 @@ def translate(exc: psycopg2.Error) -> DatabaseError:
     diag = getattr(exc, "diag", None)
     message = (diag.message_primary if diag and diag.message_primary else str(exc)).strip()
     hint = diag.message_hint if diag else None
+    detail = diag.message_detail if diag else None
     if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) and (
         code is None or code[:2] in _UNAVAILABLE_CLASSES
     ):
-        return DatabaseUnavailable(message, code, hint)
+        return DatabaseUnavailable(message, code, hint, detail)
     if code == "55000" and message.startswith("lease lost"):
-        return LeaseLost(message, code, hint)
-    return DatabaseError(message, code, hint)
+        return LeaseLost(message, code, hint, detail)
+    return DatabaseError(message, code, hint, detail)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,142 @@
+"""The gateway's database side: a pool of connections as the authenticator,
+the shell_api catalog, and calls made the way PostgREST makes them
+(one transaction: SET LOCAL ROLE, request.jwt.claims, the function)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+import psycopg2.pool
+
+from executor.db.connection import connect, translate, translated_errors
+from executor.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+API_SCHEMA = "shell_api"
+HTML_TYPE = 'shell_api."text/html"'
+
+_CATALOG = """
+SELECT p.proname AS name,
+       p.provolatile IN ('s', 'i') AS read_only,
+       p.proretset AS returns_set,
+       format_type(p.prorettype, NULL) AS return_type,
+       p.pronargdefaults AS defaults,
+       coalesce((SELECT array_agg(a.name ORDER BY a.ord)
+                 FROM unnest(p.proargnames, coalesce(p.proargmodes, array_fill('i'::"char", ARRAY[p.pronargs])))
+                      WITH ORDINALITY AS a(name, mode, ord)
+                 WHERE a.mode IN ('i', 'b', 'v')), '{}') AS arg_names,
+       array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t) AS arg_types
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = %s
+"""
+
+
+@dataclass(frozen=True)
+class RpcFunction:
+    name: str
+    read_only: bool
+    returns_set: bool
+    return_type: str
+    arg_names: tuple[str, ...]
+    arg_types: tuple[str, ...]
+    defaults: int
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return self.arg_names[: len(self.arg_names) - self.defaults]
+
+    @property
+    def returns_html(self) -> bool:
+        return self.return_type == HTML_TYPE
+
+
+class GatewayDatabase:
+    def __init__(self, dsn: str, max_connections: int = 16) -> None:
+        with translated_errors():
+            self._pool = psycopg2.pool.ThreadedConnectionPool(1, max_connections, dsn,
+                                                              application_name="pg-shell-gateway")
+        self._dsn = dsn
+
+    def close(self) -> None:
+        self._pool.closeall()
+
+    def _run(self, work: Callable[[Any], Any]) -> Any:
+        try:
+            conn = self._pool.getconn()
+        except psycopg2.Error as exc:
+            raise translate(exc) from exc
+        broken = False
+        try:
+            with conn, conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                return work(cur)
+        except psycopg2.Error as exc:
+            broken = conn.closed != 0 or isinstance(exc, psycopg2.OperationalError)
+            raise translate(exc) from exc
+        finally:
+            self._pool.putconn(conn, close=broken)
+
+    def catalog(self) -> dict[str, RpcFunction]:
+        def read(cur: Any) -> dict[str, RpcFunction]:
+            cur.execute(_CATALOG, (API_SCHEMA,))
+            return {
+                r["name"]: RpcFunction(r["name"], r["read_only"], r["returns_set"], r["return_type"],
+                                       tuple(r["arg_names"]), tuple(r["arg_types"]), r["defaults"])
+                for r in cur.fetchall()
+            }
+        return self._run(read)
+
+    def jwt_secret(self) -> str:
+        def read(cur: Any) -> str:
+            cur.execute("SELECT shell.jwt_secret() AS s")
+            return str(cur.fetchone()["s"])
+        return self._run(read)
+
+    def call(self, fn: RpcFunction, args: dict[str, Any], role: str, claims: dict[str, Any] | None) -> Any:
+        """Calls ``fn`` with named arguments (already checked against the
+        catalog) as ``role``; returns a list of rows for a set-returning
+        function, else the scalar."""
+        types = dict(zip(fn.arg_names, fn.arg_types))
+        named = ", ".join(f'"{name}" => %s::{types[name]}' for name in args)
+        target = f'{API_SCHEMA}."{fn.name}"({named})'
+        sql = f"SELECT * FROM {target}" if fn.returns_set else f"SELECT {target} AS result"
+        values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
+
+        def invoke(cur: Any) -> Any:
+            cur.execute("SELECT set_config('role', %s, true), set_config('request.jwt.claims', %s, true)",
+                        (role, json.dumps(claims) if claims is not None else ""))
+            cur.execute(sql, values)
+            rows = cur.fetchall()
+            return [dict(r) for r in rows] if fn.returns_set else rows[0]["result"]
+        return self._run(invoke)
+
+
+def listen_forever(dsn: str, channel: str, deliver: Callable[[str], None], stop: threading.Event) -> None:
+    """Delivers every NOTIFY payload of ``channel`` until ``stop``; reconnects
+    after an outage (notifications sent meanwhile are lost: listeners must
+    re-read their state, which the change cursor makes cheap)."""
+    while not stop.is_set():
+        conn = None
+        try:
+            conn = connect(dsn, application_name="pg-shell-gateway listen")
+            with conn.cursor() as cur:
+                cur.execute(f"LISTEN {channel}")
+            deliver("")  # (re)connected: everyone re-checks
+            while not stop.is_set():
+                if select.select([conn], [], [], 1.0)[0]:
+                    conn.poll()
+                    while conn.notifies:
+                        deliver(conn.notifies.pop(0).payload)
+        except (psycopg2.Error, DatabaseUnavailable, OSError) as exc:
+            log.warning("change listener lost its connection, reconnecting: %s", exc)
+            stop.wait(1.0)
+        finally:
+            if conn is not None:
+                conn.close()

@@ -1,0 +1,168 @@
+"""The HTTP front: `/rpc/<function>` with PostgREST's semantics, the static
+UI with a strict Content-Security-Policy, and long-polling for live output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import decimal
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from executor.db.gateway import API_SCHEMA, GatewayDatabase, RpcFunction
+from executor.errors import DatabaseError
+from executor.gateway.auth import AuthError, Identity, identify
+from executor.gateway.live import ChangeFeed
+from executor.gateway.status import http_status
+
+log = logging.getLogger(__name__)
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+# Functions whose answer may be held back until something changes.
+LONG_POLL = {"session_changes", "session_changes_html"}
+MAX_WAIT_S = 25
+_PREFER_WAIT = re.compile(r"\bwait=(\d+)")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, default=_json_default), status, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str, details: str | None = None,
+                   hint: str | None = None) -> Response:
+    return json_response({"code": code, "message": message, "details": details, "hint": hint}, status)
+
+
+class Gateway:
+    def __init__(self, db: GatewayDatabase, feed: ChangeFeed) -> None:
+        self.db = db
+        self.feed = feed
+        self.catalog: dict[str, RpcFunction] = {}
+        self.secret = ""
+
+    def load(self) -> None:
+        self.catalog = self.db.catalog()
+        self.secret = self.db.jwt_secret()
+
+    async def rpc(self, request: Request) -> Response:
+        try:
+            identity = identify(request.headers.get("authorization"), self.secret)
+        except AuthError as exc:
+            return error_response(401, "PGRST301", str(exc))
+        name = request.path_params["name"]
+        fn = self.catalog.get(name)
+        try:
+            args = await self._arguments(request)
+        except ValueError as exc:
+            return error_response(400, "PGRST102", str(exc))
+        if fn is None or not set(fn.required) <= set(args) or not set(args) <= set(fn.arg_names):
+            listed = ", ".join(sorted(args))
+            return error_response(404, "PGRST202",
+                                  f"Could not find the function {API_SCHEMA}.{name}({listed}) in the schema cache",
+                                  hint="Check the function name and its parameter names.")
+        if request.method == "GET" and not fn.read_only:
+            return error_response(405, "PGRST101", f"{name} changes data: call it with POST")
+        try:
+            result = await self._call(fn, args, identity, request.headers.get("prefer", ""))
+        except DatabaseError as exc:
+            status = http_status(exc.sqlstate, identity.authenticated)
+            return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail, exc.hint)
+        if fn.returns_html and "text/html" in request.headers.get("accept", ""):
+            return HTMLResponse(result or "")
+        return json_response(result)
+
+    async def _arguments(self, request: Request) -> dict[str, Any]:
+        if request.method == "GET":
+            return dict(request.query_params)
+        body = await request.body()
+        content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        if content_type == "application/x-www-form-urlencoded":
+            return dict(parse_qsl(body.decode(), keep_blank_values=True))
+        if not body.strip():
+            return {}
+        try:
+            args = json.loads(body)
+        except ValueError as exc:
+            raise ValueError(f"the body is not valid JSON: {exc}") from exc
+        if not isinstance(args, dict):
+            raise ValueError("the body must be a JSON object of named arguments")
+        return args
+
+    async def _call(self, fn: RpcFunction, args: dict[str, Any], identity: Identity, prefer: str) -> Any:
+        wait = _PREFER_WAIT.search(prefer)
+        session_id = str(args.get("p_session_id", ""))
+        if fn.name not in LONG_POLL or not wait or not session_id:
+            return await run_in_threadpool(self.db.call, fn, args, identity.role, identity.claims)
+        # Subscribe before reading, so a change between the read and the
+        # wait still wakes us.
+        deadline = time.monotonic() + min(int(wait.group(1)), MAX_WAIT_S)
+        changed = self.feed.subscribe(session_id)
+        try:
+            while True:
+                changed.clear()
+                result = await run_in_threadpool(self.db.call, fn, args, identity.role, identity.claims)
+                remaining = deadline - time.monotonic()
+                if result or remaining <= 0:
+                    return result
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+        finally:
+            self.feed.unsubscribe(session_id, changed)
+
+
+def create_app(dsn: str, html_dir: Path) -> Starlette:
+    gateway = Gateway(GatewayDatabase(dsn), ChangeFeed(dsn))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(gateway.load)
+        gateway.feed.start()
+        yield
+        gateway.feed.stop()
+        gateway.db.close()
+
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return Starlette(
+        routes=[
+            Route("/rpc/{name:str}", gateway.rpc, methods=["GET", "POST"]),
+            Mount("/", StaticFiles(directory=html_dir, html=True)),
+        ],
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)],
+        lifespan=lifespan,
+    )
