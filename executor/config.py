@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     output_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
 
     image: str = "pg-shell-sandbox:latest"
+    # Deployments (or test runs) sharing one engine need distinct scopes:
+    # an executor reaps leftover containers only within its own scope.
+    scope: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     docker_host: str | None = None
     allow_rootful: bool = False
     shell_root: str = Field(default="/home/sandbox", pattern=r"^/[A-Za-z0-9_./-]*[A-Za-z0-9_-]$")

@@ -30,7 +30,7 @@ def run_executor(settings: Settings) -> int:
     stop = threading.Event()
     sandbox = Sandbox(limits_from(settings), shell_root=settings.shell_root,
                       docker_host=settings.docker_host, disk_quota=settings.disk_quota,
-                      volume_dir=settings.volumes_dir)
+                      volume_dir=settings.volumes_dir, scope=settings.scope)
     worker = Worker(settings, sandbox, stop, notify=systemd_notifier())
 
     def request_stop(signum: int, _frame: object) -> None:

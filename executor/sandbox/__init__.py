@@ -15,10 +15,12 @@ from .errors import (
     VolumeError,
 )
 from .model import Limits, RunRequest, RunResult
-from .runner import LABEL_COMMAND, LABEL_SESSION, LABEL_WORKER, Sandbox
+from .runner import Sandbox
+from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_SESSION, LABEL_WORKER
 
 __all__ = [
     "LABEL_COMMAND",
+    "LABEL_SCOPE",
     "LABEL_SESSION",
     "LABEL_WORKER",
     "ContainerFailed",

@@ -26,7 +26,7 @@ from docker.utils.socket import frames_iter
 from .errors import ContainerFailed, EngineUnavailable, ImageNotFound, SandboxError
 from .model import Limits, RunRequest, RunResult
 from .output import OutputCapper, StateExtractor
-from .spec import LABEL_COMMAND, LABEL_WORKER, container_args, host_config_args
+from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_WORKER, container_args, host_config_args
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 
@@ -64,11 +64,13 @@ class Sandbox:
         docker_host: str | None = None,
         disk_quota: str = "loop",  # or "none" (rootless engines: plain volume, no quota)
         volume_dir: str = DEFAULT_STATE_DIR,
+        scope: str = "default",  # deployment name; reap() stays inside it
     ) -> None:
         if disk_quota not in ("loop", "none"):
             raise ValueError(f"disk_quota must be 'loop' or 'none', not {disk_quota!r}")
         self.limits = limits
         self.shell_root = shell_root
+        self.scope = scope
         try:
             # docker_host None: DOCKER_HOST or the default socket. This is the
             # executor's own config; containers never see os.environ.
@@ -152,7 +154,7 @@ class Sandbox:
                 host_config=self._api.create_host_config(
                     **host_config_args(self.limits, self.shell_root, volume)
                 ),
-                **container_args(req, self.shell_root, nonce),
+                **container_args(req, self.shell_root, nonce, self.scope),
             )
         except ENGINE_ERRORS as exc:
             raise _engine_error(exc, f"create container for command {req.command_id}") from exc
@@ -344,26 +346,34 @@ class Sandbox:
             self._api.remove_container(container_id, force=True, v=False)
         except docker.errors.NotFound:
             return
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409 and "already in progress" in str(exc.explanation):
+                return  # someone else is removing it: the outcome we want
+            raise _engine_error(exc, "remove container", container_id) from exc
         except ENGINE_ERRORS as exc:
             raise _engine_error(exc, "remove container", container_id) from exc
 
     def command_ids(self, worker_id: str) -> list[int]:
         """Ids of the commands whose containers (running or not) this worker left on the engine."""
         try:
-            containers = self._api.containers(all=True, filters={"label": f"{LABEL_WORKER}={worker_id}"})
+            containers = self._api.containers(
+                all=True, filters={"label": [f"{LABEL_WORKER}={worker_id}", f"{LABEL_SCOPE}={self.scope}"]}
+            )
         except ENGINE_ERRORS as exc:
             raise _engine_error(exc, "list containers") from exc
         labels = ((c.get("Labels") or {}).get(LABEL_COMMAND, "") for c in containers)
         return [int(label) for label in labels if label.isdigit()]
 
     def reap(self, keep: Callable[[int], bool]) -> list[str]:
-        """Remove pg-shell containers whose command id ``keep`` rejects.
+        """Remove this scope's containers whose command id ``keep`` rejects.
 
         Labels are the only link between a container and its command, so a
         container without a parseable id is removed as well.
         """
         try:
-            containers = self._api.containers(all=True, filters={"label": LABEL_COMMAND})
+            containers = self._api.containers(
+                all=True, filters={"label": [LABEL_COMMAND, f"{LABEL_SCOPE}={self.scope}"]}
+            )
         except ENGINE_ERRORS as exc:
             raise _engine_error(exc, "list containers") from exc
         removed: list[str] = []

@@ -155,6 +155,9 @@ class LoopVolumes:
                 "mkfs.ext4", "-q", "-F", "-m", "0",
                 "-E", f"root_owner={SANDBOX_UID}:{SANDBOX_GID}", str(tmp),
             )
+            # A fresh home is empty: drop mkfs's lost+found (fsck recreates
+            # it when it needs one).
+            _run("debugfs", "-w", "-R", "rmdir lost+found", str(tmp))
             os.replace(tmp, image)
         finally:
             tmp.unlink(missing_ok=True)

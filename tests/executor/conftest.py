@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg2.extensions
 import pytest
 
 from tests.support import call, create_user, one, tenant
@@ -78,6 +79,8 @@ def executor_env(db: str, sandbox_image: str, tmp_path: Path) -> dict[str, str]:
         "PG_SHELL_IMAGE": sandbox_image,
         "PG_SHELL_ALLOW_ROOTFUL": "1",
         "PG_SHELL_WORKER_ID": f"pgtest-{secrets.token_hex(4)}",
+        # Each test's database is its own deployment: reaping stays inside it.
+        "PG_SHELL_SCOPE": psycopg2.extensions.parse_dsn(db)["dbname"],
         "PG_SHELL_VOLUMES_DIR": volumes,
         "PG_SHELL_DISK_QUOTA_MB": "64",
         "PG_SHELL_TIMEOUT_S": "20",

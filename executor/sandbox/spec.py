@@ -1,0 +1,84 @@
+"""What every command's container looks like: all the hardening in one place.
+
+Every setting here applies to every container, always (DESIGN.md §4):
+read-only root, no network, no capabilities, no-new-privileges with the
+engine's default seccomp profile (never "unconfined"), non-root user, no host
+paths and no Docker socket, only the session volume writable plus a small
+tmpfs, and runtime-enforced limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docker.types import Mount, Ulimit
+
+from .model import Limits, RunRequest
+from .state import NAME_RE, is_reserved
+
+LABEL_COMMAND = "pg-shell.command-id"
+LABEL_SESSION = "pg-shell.session-id"
+LABEL_WORKER = "pg-shell.worker-id"
+# Which deployment a container belongs to. reap() only ever looks at its own
+# scope, so two deployments (or test runs) sharing one engine never remove
+# each other's containers.
+LABEL_SCOPE = "pg-shell.scope"
+SANDBOX_USER = "1000:1000"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def host_config_args(limits: Limits, shell_root: str, volume: str) -> dict[str, Any]:
+    """Keyword arguments for APIClient.create_host_config."""
+    return {
+        "read_only": True,
+        "network_mode": "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "privileged": False,
+        "pids_limit": limits.pids,
+        "mem_limit": limits.memory_bytes,
+        "memswap_limit": limits.memory_bytes,  # equal: no swap
+        "nano_cpus": int(limits.cpus * 1e9),
+        "ulimits": [
+            Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+            Ulimit(name="fsize", soft=limits.fsize_bytes, hard=limits.fsize_bytes),
+        ],
+        # exec is allowed on /tmp: the session volume is executable anyway,
+        # so noexec here would only break `./script.sh` in /tmp.
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,size={limits.tmpfs_bytes},mode=1777"},
+        # The one and only mount. no_copy: never seed it from the image.
+        "mounts": [Mount(target=shell_root, source=volume, type="volume", no_copy=True)],
+        "auto_remove": False,  # removed after the result is recorded
+    }
+
+
+def container_args(req: RunRequest, shell_root: str, nonce: str, scope: str) -> dict[str, Any]:
+    """Keyword arguments for APIClient.create_container (minus host_config)."""
+    return {
+        "image": req.image,
+        "user": SANDBOX_USER,
+        "hostname": "sandbox",
+        "stdin_open": True,
+        # detach=False makes docker-py set StdinOnce: our half-close of the
+        # attach socket then reaches the command as EOF.
+        "detach": False,
+        "tty": False,
+        "environment": environment(req, shell_root, nonce),
+        "labels": {
+            LABEL_COMMAND: str(req.command_id),
+            LABEL_SESSION: req.session_id,
+            LABEL_WORKER: req.worker_id,
+            LABEL_SCOPE: scope,
+        },
+        "working_dir": shell_root,
+    }
+
+
+def environment(req: RunRequest, shell_root: str, nonce: str) -> list[str]:
+    """Only the session's env plus our few variables: never os.environ."""
+    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+    env.update((k, v) for k, v in req.env.items() if NAME_RE.match(k) and not is_reserved(k))
+    env["HOME"] = shell_root
+    env["PG_SHELL_CWD"] = req.cwd
+    env["PG_SHELL_NONCE"] = nonce
+    return [f"{k}={v}" for k, v in env.items()]

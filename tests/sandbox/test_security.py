@@ -1,0 +1,123 @@
+"""Every hardening promise, tried from inside the container."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+ROOT = "/home/sandbox"
+
+
+def test_root_filesystem_is_read_only(run) -> None:
+    ran = run("touch /etc/x; touch /x; touch /usr/bin/x; echo ok > ~/ok && cat ~/ok")
+    assert ran.output.count("Read-only file system") == 3
+    assert ran.output.endswith("ok\n")
+
+
+def test_only_loopback_interface_and_no_routes(run) -> None:
+    ran = run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; echo ---; tail -n +2 /proc/net/route | wc -l")
+    assert ran.output == "lo\n---\n0\n"
+
+
+def test_host_loopback_is_not_reachable(run) -> None:
+    # A listener on the host's 127.0.0.1: a container sharing the host's
+    # network namespace would reach it.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        ran = run(f"(exec 3<>/dev/tcp/127.0.0.1/{port}) && echo connected || echo refused")
+    assert ran.output.strip().endswith("refused")
+
+
+def test_no_capabilities_no_new_privs_and_seccomp(run) -> None:
+    ran = run("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
+    fields = dict(line.split(":\t") for line in ran.output.splitlines())
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert fields[cap] == "0000000000000000", cap
+    assert fields["NoNewPrivs"] == "1"
+    assert fields["Seccomp"] == "2"  # filter mode: the engine's default profile
+
+
+def test_runs_as_uid_1000(run) -> None:
+    ran = run("id -u; id -g; stat -c %u:%g ~")
+    assert ran.output == "1000\n1000\n1000:1000\n"
+
+
+def test_no_docker_socket_anywhere(run) -> None:
+    ran = run(
+        "find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null;"
+        " ls -d /var/run/docker.sock /run/docker.sock 2>&1; echo end"
+    )
+    sockets = [line for line in ran.output.splitlines() if line.startswith("/") and "docker" in line]
+    assert sockets == []
+    assert ran.output.count("No such file or directory") == 2
+
+
+def test_executor_environment_is_not_visible(run, monkeypatch) -> None:
+    secret = "s3cr3t-" + os.urandom(8).hex()
+    monkeypatch.setenv("PG_SHELL_TEST_SECRET", secret)
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://x:{secret}@localhost/db")
+    ran = run("env; cat /proc/1/environ | tr '\\0' '\\n'; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")
+    assert "HOME=/home/sandbox" in ran.output  # the env really was printed
+    assert secret not in ran.output
+    assert "DATABASE_URL" not in ran.output
+
+
+def test_cwd_escape_through_a_symlink_is_rejected(run) -> None:
+    ran = run("ln -sfn / up && cd up && pwd -P")
+    assert ran.output == "/\n"
+    assert ran.result.cwd == ROOT
+    assert ran.result.state_note is not None and "outside" in ran.result.state_note
+
+
+def test_forged_state_report_is_still_validated(run) -> None:
+    # The nonce is readable (/proc/1/environ); forging only gets validated data in.
+    forge = (
+        "n=$(tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^PG_SHELL_NONCE=//p');"
+        " trap - EXIT;"
+        " printf '\\0pg-shell-state %s\\n{\"cwd\": \"/home/sandbox/../../etc\","
+        " \"env\": {\"BASH_FUNC_x%%%%\": \"() { :; }\"}}\\n' \"$n\""
+    )
+    ran = run(forge, env={"OLD": "1"})
+    assert ran.output == ""
+    assert ran.result.cwd == ROOT
+    assert ran.result.env == {"OLD": "1"}
+    assert "normalized" in (ran.result.state_note or "")
+    assert "invalid variable name" in (ran.result.state_note or "")
+
+
+def test_hardening_flags_are_in_docker_inspect(run, docker_client, session_id) -> None:
+    ran = run("true", keep=True)
+    info = docker_client.api.inspect_container(ran.result.container_id)
+    host = info["HostConfig"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert not host.get("CapAdd")
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Privileged"] is False
+    assert not host.get("Binds")
+    assert not host.get("Devices")
+    assert host["PidsLimit"] > 0
+    assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] > 0
+    assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "fsize"}
+    assert set(host["Tmpfs"]) == {"/tmp"}
+    assert "nosuid" in host["Tmpfs"]["/tmp"] and "nodev" in host["Tmpfs"]["/tmp"]
+    assert host["AutoRemove"] is False
+    mounts = info["Mounts"]
+    assert len(mounts) == 1
+    assert mounts[0]["Type"] == "volume"
+    assert mounts[0]["Name"] == f"pg-shell-home-{session_id}"
+    assert mounts[0]["Destination"] == ROOT
+    config = info["Config"]
+    assert config["User"] == "1000:1000"
+    assert config["Hostname"] == "sandbox"
+    names = {e.split("=", 1)[0] for e in config["Env"]}
+    assert names <= {"PATH", "LANG", "HOME", "PG_SHELL_CWD", "PG_SHELL_NONCE"}
+    labels = config["Labels"]
+    assert labels["pg-shell.session-id"] == session_id
+    assert labels["pg-shell.command-id"].isdigit()
+    assert "pg-shell.worker-id" in labels
+    assert labels["pg-shell.scope"].startswith("pgtest-")

@@ -1,0 +1,79 @@
+"""Session volumes: the quota holds, data persists, stale loop devices are
+never mounted, and leftover containers are reaped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+QUOTA = 64 * 1024 * 1024
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loop-backed volumes need root")
+
+
+@needs_root
+def test_disk_fill_stops_at_the_quota(make_sandbox, run, session_id) -> None:
+    box = make_sandbox(disk_quota_bytes=QUOTA, fsize_bytes=QUOTA)
+    # quota + 64 MiB in total, in files below the fsize limit; bounded.
+    ran = run(
+        "for i in 1 2 3 4; do dd if=/dev/zero of=f$i bs=1M count=32 status=none || break; done;"
+        " sync; du -sk --apparent-size . | cut -f1",
+        box=box,
+    )
+    assert "No space left on device" in ran.output
+    written_kib = int(ran.output.split()[-1])
+    assert 0 < written_kib * 1024 <= QUOTA
+    image = box.volumes.image_path(session_id)  # type: ignore[union-attr]
+    st = os.stat(image)
+    assert st.st_size == QUOTA
+    assert st.st_blocks * 512 <= QUOTA
+
+
+@needs_root
+def test_files_persist_and_survive_loop_reattach(run, sandbox, session_id) -> None:
+    assert run("echo kept > data").result.exit_code == 0
+    sandbox.volumes.release(session_id)  # idle: loop detached, volume removed
+    assert run("cat data").output == "kept\n"
+
+
+@needs_root
+def test_a_stale_loop_device_is_never_mounted(run, sandbox, session_id) -> None:
+    """After a reboot /dev/loopN may back another file; the volume must follow
+    the session's own image, not the old device number."""
+    assert run("echo mine > data").result.exit_code == 0
+    image = sandbox.volumes.image_path(session_id)
+    old_loop = subprocess.run(
+        ["losetup", "-n", "-O", "NAME", "-j", str(image)], capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+    subprocess.run(["losetup", "-d", old_loop], check=True)
+    with tempfile.NamedTemporaryFile(dir="/var/tmp") as other:
+        other.truncate(QUOTA)
+        subprocess.run(["mkfs.ext4", "-q", "-F", other.name], check=True)
+        # Take the old number for a foreign filesystem, as a reboot might.
+        subprocess.run(["losetup", old_loop, other.name], check=True)
+        try:
+            ran = run("cat data")
+        finally:
+            subprocess.run(["losetup", "-d", old_loop], check=False)
+    assert ran.output == "mine\n"
+
+
+def test_invalid_session_ids_are_refused(sandbox) -> None:
+    from executor.sandbox import InvalidSessionId
+
+    for bad in ("../etc", "a/b", ".hidden", "", "x" * 200):
+        with pytest.raises(InvalidSessionId):
+            sandbox.volumes.volume_for(bad)
+
+
+def test_reap_removes_only_rejected_containers(run, sandbox, docker_client) -> None:
+    doomed = run("true", keep=True, command_id=8_999_000_001)
+    kept = run("true", keep=True)
+    removed = sandbox.reap(lambda command_id: command_id != 8_999_000_001)
+    assert removed == [doomed.result.container_id]
+    names = {c.id for c in docker_client.containers.list(all=True)}
+    assert doomed.result.container_id not in names
+    assert kept.result.container_id in names
