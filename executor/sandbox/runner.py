@@ -152,7 +152,8 @@ class Sandbox:
         try:
             created = self._api.create_container(
                 host_config=self._api.create_host_config(
-                    **host_config_args(self.limits, self.shell_root, volume)
+                    **host_config_args(self.limits, self.shell_root, volume,
+                                       seed_from_image=self.volumes.seed_from_image)
                 ),
                 **container_args(req, self.shell_root, nonce, self.scope),
             )

@@ -27,8 +27,15 @@ SANDBOX_USER = "1000:1000"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def host_config_args(limits: Limits, shell_root: str, volume: str) -> dict[str, Any]:
-    """Keyword arguments for APIClient.create_host_config."""
+def host_config_args(limits: Limits, shell_root: str, volume: str,
+                     seed_from_image: bool = False) -> dict[str, Any]:
+    """Keyword arguments for APIClient.create_host_config.
+
+    ``seed_from_image``: let the engine fill an empty volume from the image's
+    ``shell_root`` (contents and owner, uid 1000). Plain volumes need it: the
+    engine creates them owned by (container) root, so uid 1000 could not write
+    its own home. Loop volumes never are seeded: mkfs already made them 1000's.
+    """
     return {
         "read_only": True,
         "network_mode": "none",
@@ -46,8 +53,8 @@ def host_config_args(limits: Limits, shell_root: str, volume: str) -> dict[str, 
         # exec is allowed on /tmp: the session volume is executable anyway,
         # so noexec here would only break `./script.sh` in /tmp.
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,size={limits.tmpfs_bytes},mode=1777"},
-        # The one and only mount. no_copy: never seed it from the image.
-        "mounts": [Mount(target=shell_root, source=volume, type="volume", no_copy=True)],
+        # The one and only mount.
+        "mounts": [Mount(target=shell_root, source=volume, type="volume", no_copy=not seed_from_image)],
         "auto_remove": False,  # removed after the result is recorded
     }
 

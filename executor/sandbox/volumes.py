@@ -60,6 +60,11 @@ def _run(*argv: str) -> str:
 class PlainVolumes:
     """disk_quota="none": one named volume per session, no size limit."""
 
+    # The engine creates the volume owned by container root; seeding it from
+    # the image's home (owned by uid 1000) on first use makes it the sandbox
+    # user's, on rootful and rootless engines alike.
+    seed_from_image = True
+
     def __init__(self, client: docker.DockerClient) -> None:
         self._client = client
 
@@ -76,6 +81,19 @@ class PlainVolumes:
             raise EngineUnavailable(str(exc)) from exc
         return name
 
+    def sessions(self) -> list[str]:
+        """Sessions that have a volume on this engine."""
+        try:
+            volumes = self._client.volumes.list(filters={"label": SESSION_LABEL})
+        except docker.errors.DockerException as exc:
+            raise EngineUnavailable(str(exc)) from exc
+        names = (v.name for v in volumes)
+        return [n[len(VOLUME_PREFIX):] for n in names if n.startswith(VOLUME_PREFIX)]
+
+    def attached(self) -> list[str]:
+        """Plain volumes hold no loop device."""
+        return []
+
     def release(self, session_id: str) -> None:
         """Nothing host-wide to give back for a plain volume."""
 
@@ -86,6 +104,8 @@ class PlainVolumes:
 
 class LoopVolumes:
     """disk_quota="loop": a fixed-size ext4 image per session."""
+
+    seed_from_image = False  # mkfs.ext4 -E root_owner=1000:1000 already
 
     def __init__(
         self,
@@ -126,6 +146,19 @@ class LoopVolumes:
         """Delete the session's files for good."""
         self.release(session_id)
         self.image_path(session_id).unlink(missing_ok=True)
+
+    def sessions(self) -> list[str]:
+        """Sessions with an image in this executor's state directory."""
+        suffix = ".ext4"
+        names = (p.name for p in self._dir.glob(f"{VOLUME_PREFIX}*{suffix}")) if self._dir.is_dir() else ()
+        ids = (n[len(VOLUME_PREFIX):-len(suffix)] for n in names)
+        return sorted(i for i in ids if SESSION_ID_RE.match(i))
+
+    def attached(self) -> list[str]:
+        """Sessions of this state directory whose image holds a loop device."""
+        out = _run("losetup", "--noheadings", "--list", "--output", "BACK-FILE")
+        backing = {line.strip() for line in out.splitlines()}
+        return [sid for sid in self.sessions() if str(self.image_path(sid).absolute()) in backing]
 
     # -- helpers -----------------------------------------------------------
 
