@@ -56,7 +56,9 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
     found shell.users;
     ttl bigint := (SELECT value::bigint FROM shell.config WHERE key = 'jwt_ttl_seconds');
-    now_epoch bigint := extract(epoch FROM now())::bigint;
+    -- Truncated, not rounded: an iat up to half a second in the future makes
+    -- verifiers (PyJWT) reject the token as not yet valid.
+    now_epoch bigint := floor(extract(epoch FROM now()))::bigint;
 BEGIN
     SELECT * INTO found FROM shell.users WHERE username = lower(p_username);
     -- Hash even for an unknown name, so response time does not reveal which

@@ -28,10 +28,13 @@ $$;
 CREATE FUNCTION shell.owned_session(p_session_id uuid) RETURNS shell.sessions
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
+    -- Identity first: a caller who is nobody gets 42501 whether or not the
+    -- id exists, so ids cannot be probed without signing in either.
+    me uuid := shell.current_user_id();
     found shell.sessions;
 BEGIN
     SELECT * INTO found FROM shell.sessions s
-    WHERE s.id = p_session_id AND s.user_id = (SELECT shell.current_user_id());
+    WHERE s.id = p_session_id AND s.user_id = me;
     IF found.id IS NULL THEN
         PERFORM shell.session_not_found();
     END IF;
@@ -42,10 +45,11 @@ $$;
 CREATE FUNCTION shell.owned_command(p_command_id bigint) RETURNS shell.commands
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
+    me uuid := shell.current_user_id();
     found shell.commands;
 BEGIN
     SELECT * INTO found FROM shell.commands c
-    WHERE c.id = p_command_id AND c.user_id = (SELECT shell.current_user_id());
+    WHERE c.id = p_command_id AND c.user_id = me;
     IF found.id IS NULL THEN
         PERFORM shell.command_not_found();
     END IF;
@@ -134,7 +138,8 @@ $$;
 CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 BEGIN
-    IF p_command IS NULL OR btrim(p_command, E' \t\r\n\f\v') = '' THEN
+    -- \x0b is the vertical tab: E'\v' is not an escape in PostgreSQL (it is "v").
+    IF p_command IS NULL OR btrim(p_command, E' \t\r\n\f\x0b') = '' THEN
         RAISE EXCEPTION 'command is empty' USING ERRCODE = '22023', HINT = 'Type a command to run.';
     END IF;
     IF octet_length(p_command) > 1048576 THEN
@@ -174,6 +179,8 @@ RETURNS TABLE (id bigint, command text, output text, exit_code integer, status t
                submitted_at timestamptz, started_at timestamptz, completed_at timestamptz)
 LANGUAGE plpgsql STABLE SET search_path = '' AS $$
 BEGIN
+    -- Row-level security alone would only check identity on rows it finds.
+    PERFORM shell.current_user_id();
     PERFORM shell.check_page(p_since_id, p_limit);
     IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
         PERFORM shell.session_not_found();
@@ -203,6 +210,7 @@ RETURNS TABLE (id bigint, command text, output text, exit_code integer, status t
                duration_ms integer, change_seq bigint)
 LANGUAGE plpgsql STABLE SET search_path = '' AS $$
 BEGIN
+    PERFORM shell.current_user_id();
     PERFORM shell.check_page(p_after_change, p_limit);
     IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
         PERFORM shell.session_not_found();
@@ -298,6 +306,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
     source shell.sessions := shell.owned_session(p_session_id);
     start shell.commands;
+    run_id uuid;
     run_session shell.sessions;
     original shell.commands;
 BEGIN
@@ -307,10 +316,13 @@ BEGIN
         RAISE EXCEPTION 'command % is not an original command of this session', p_start_id
             USING ERRCODE = '22023', HINT = 'Pass the id of a command submitted to this session.';
     END IF;
-    SELECT * INTO run_session FROM shell.sessions s WHERE s.id = shell.new_session(
-        source.user_id, 'replay of ' || coalesce(source.name, source.id::text) || ' from ' || start.id,
+    -- Created first, then read: a volatile call in the WHERE clause would run
+    -- once per existing session, and its own row is not visible to that query.
+    run_id := shell.new_session(  -- the name is cut to stay within 200 characters
+        source.user_id, 'replay of ' || left(coalesce(source.name, source.id::text), 150) || ' from ' || start.id,
         coalesce(start.cwd_before, '/home/sandbox'), coalesce(start.env_before, '{}'::jsonb),
         p_replay_of => source.id);
+    SELECT * INTO run_session FROM shell.sessions s WHERE s.id = run_id;
     FOR original IN
         SELECT * FROM shell.commands c
         WHERE c.session_id = source.id AND c.id >= p_start_id AND c.replay_of_command_id IS NULL
