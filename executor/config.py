@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     listen_port: int = Field(default=8080, ge=1, le=65535)
     html_dir: str = str(Path(__file__).resolve().parents[1] / "html")
 
+    # The headless CLI (`pg-shell run`, …): where the HTTP API is, the token
+    # (else the one `pg-shell login` saved) and the default session.
+    url: str = Field(default="http://127.0.0.1:8080", pattern=r"^https?://[^\s]+$")
+    token: str | None = Field(default=None, repr=False)
+    session: str | None = None
+
     # The role the executor acts as after connecting (it needs nothing more).
     executor_role: str = "shell_executor"
     worker_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -39,6 +45,12 @@ class Settings(BaseSettings):
     reap_interval_s: float = Field(default=60.0, gt=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     output_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
+
+    # Prometheus metrics: the executor serves /metrics on this address (port
+    # 0: not at all); it and the gateway read the queue depth this often.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    metrics_interval_s: float = Field(default=5.0, gt=0, le=3600)
 
     image: str = "pg-shell-sandbox:latest"
     # Deployments (or test runs) sharing one engine need distinct scopes:
@@ -59,6 +71,19 @@ class Settings(BaseSettings):
     disk_quota: Literal["loop", "none"] = "loop"
     disk_quota_mb: int = Field(default=256, ge=8)
     volumes_dir: str = "/var/lib/pg-shell/volumes"
+
+    # Result records are signed with this Ed25519 key (created, mode 0600, if
+    # absent); the database only ever sees its public half.
+    signing_key_file: str = "/var/lib/pg-shell/signing-key"
+
+    # `pg-shell cleanup`: ended commands older than this are removed (their
+    # chains stay verifiable from a checkpoint); session volumes idle this
+    # long are deleted; loop devices of sessions idle this long are detached.
+    retention_days: float = Field(default=90, gt=0)
+    volume_idle_days: float = Field(default=90, gt=0)
+    loop_idle_minutes: float = Field(default=60, gt=0)
+    cleanup_interval_s: float = Field(default=3600, gt=0)
+    retention_batch: int = Field(default=1000, ge=1, le=100000)
 
     def require_database_url(self) -> str:
         if not self.database_url:

@@ -33,3 +33,20 @@ class LeaseLost(DatabaseError):
 
 class MigrationError(PgShellError):
     """The migration files or the recorded migrations are inconsistent."""
+
+
+class ApiError(PgShellError):
+    """The HTTP API refused a call. ``code`` is the SQLSTATE or PostgREST code
+    of the error body (e.g. 22023, PGRST202), ``status`` the HTTP status."""
+
+    def __init__(self, message: str, code: str | None = None, status: int | None = None,
+                 details: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.details = details
+        self.hint = hint
+
+
+class ApiUnavailable(ApiError):
+    """The HTTP API could not be reached, or did not answer; retrying may help."""

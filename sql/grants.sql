@@ -33,13 +33,17 @@ GRANT EXECUTE ON FUNCTION
     shell_api.latest_output_html(uuid, bigint, integer),
     shell_api.session_changes(uuid, bigint, integer),
     shell_api.session_changes_html(uuid, bigint, integer),
+    shell_api.session_cursor(uuid),
     shell_api.submit_command_html(uuid, text),
     shell_api.cancel_command(bigint),
     shell_api.fork_session(bigint),
     shell_api.replay_session(uuid, bigint),
+    shell_api.replay_comparison(uuid),
+    shell_api.output_timeline(bigint),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
+    shell.command_not_found(),
     shell.check_page(bigint, integer),
     shell.output_of(shell.commands),
     shell.html_escape(text),
@@ -55,20 +59,35 @@ GRANT EXECUTE ON FUNCTION
     shell.heartbeat(text, bigint[], integer[], integer),
     shell.mark_started(bigint, text, integer, text, text),
     shell.append_output(bigint, text, integer, integer, text),
-    shell.complete_command(bigint, text, integer, text, integer, text, boolean, text, jsonb, integer),
+    shell.complete_command(bigint, text, integer, text, integer, text, boolean, text, jsonb, integer,
+                           text, text, text),
+    shell.register_signing_key(text, text),
     shell.expire_leases(),
     shell.settle_worker(text, bigint[]),
-    shell.live_commands(bigint[])
+    shell.live_commands(bigint[]),
+    shell.queue_depth()
 TO shell_executor;
 
--- Administrators: user management.
+-- Administrators: user management, audit (`pg-shell audit`) and retention
+-- (`pg-shell cleanup`, which signs its checkpoints with its own key).
 GRANT USAGE ON SCHEMA shell TO shell_admin;
 GRANT EXECUTE ON FUNCTION
     shell.create_user(text, text),
-    shell.set_user_quota(text, integer, integer, integer)
+    shell.set_user_quota(text, integer, integer, integer),
+    shell.audit_history(uuid),
+    shell.audit_sessions(uuid),
+    shell.audit_keys(),
+    shell.register_signing_key(text, text),
+    shell.retention_sessions(timestamptz, uuid, integer),
+    shell.retention_plan(uuid, timestamptz, integer),
+    shell.apply_retention(uuid, bigint[], bigint, text, bigint, text, text, text),
+    shell.idle_sessions(uuid[], timestamptz),
+    shell.usage_report(text, timestamptz)
 TO shell_admin;
 GRANT SELECT ON shell.users TO shell_admin;
 
 -- The gateway verifies tokens with the database's secret.
 GRANT USAGE ON SCHEMA shell TO shell_authenticator;
 GRANT EXECUTE ON FUNCTION shell.jwt_secret() TO shell_authenticator;
+-- … and exports the queue depth on /metrics.
+GRANT EXECUTE ON FUNCTION shell.queue_depth() TO shell_authenticator;

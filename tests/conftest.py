@@ -15,6 +15,9 @@ from executor.db.connection import connect
 
 CI = os.environ.get("CI") == "true"
 
+# The daemon and gateway subprocess fixtures, shared by every test directory.
+pytest_plugins = ["tests.fixtures_stack"]
+
 
 def require(available: bool, what: str) -> None:
     """Skips locally when a service is missing; under CI=true that is a failure."""

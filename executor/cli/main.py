@@ -7,9 +7,9 @@ import argparse
 import logging
 import sys
 
-from executor.cli import admin, serve
+from executor.cli import admin, audit, cleanup, client, play, serve, usage
 from executor.config import load_settings
-from executor.errors import DatabaseError, PgShellError
+from executor.errors import ApiError, DatabaseError, PgShellError
 
 DESCRIPTION = """\
 pg_shell: a stateless, auditable, replayable command shell.
@@ -26,6 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     admin.register(commands)
     serve.register(commands)
+    client.register(commands)
+    audit.register(commands)
+    cleanup.register(commands)
+    play.register(commands)
+    usage.register(commands)
     return parser
 
 
@@ -34,10 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # httpx logs every request at INFO: only with -v, so client errors stay one line.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return int(args.handler(args, load_settings()) or 0)
     except DatabaseError as exc:
         code = f" [{exc.sqlstate}]" if exc.sqlstate else ""
+        hint = f" ({exc.hint})" if exc.hint else ""
+        print(f"pg-shell: {exc}{code}{hint}", file=sys.stderr)
+    except ApiError as exc:
+        code = f" [{exc.code}]" if exc.code else ""
         hint = f" ({exc.hint})" if exc.hint else ""
         print(f"pg-shell: {exc}{code}{hint}", file=sys.stderr)
     except PgShellError as exc:

@@ -25,7 +25,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from executor.gateway.app import create_app
 
     dsn = settings.gateway_database_url or settings.require_database_url()
-    app = create_app(dsn, Path(settings.html_dir))
+    app = create_app(dsn, Path(settings.html_dir), settings.metrics_interval_s)
     uvicorn.run(app, host=args.host or settings.listen_host, port=args.port or settings.listen_port,
                 log_level="info", access_log=False)
     return 0

@@ -83,6 +83,19 @@ LANGUAGE sql STABLE SET search_path = '' AS $$
             CASE WHEN c.truncated THEN 'output truncated' END)))
 $$;
 
+-- Where a client starts following a session: changes after this cursor
+-- are the ones it has not seen.
+CREATE FUNCTION shell_api.session_cursor(p_session_id uuid) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = '' AS $$
+BEGIN
+    PERFORM shell.current_user_id();
+    IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
+        PERFORM shell.session_not_found();
+    END IF;
+    RETURN coalesce((SELECT max(c.change_seq) FROM shell.commands c WHERE c.session_id = p_session_id), 0);
+END
+$$;
+
 CREATE FUNCTION shell_api.session_changes_html(p_session_id uuid, p_after_change bigint DEFAULT 0,
                                                p_limit integer DEFAULT 100)
 RETURNS shell_api."text/html"

@@ -21,8 +21,8 @@ PASSWORD = "correct horse"
 
 TENANT_FUNCTIONS = (
     "create_session", "list_sessions", "submit_command", "latest_output", "latest_output_html",
-    "session_changes", "session_changes_html", "submit_command_html", "cancel_command", "fork_session",
-    "replay_session",
+    "session_changes", "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
+    "fork_session", "replay_session",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -93,6 +93,7 @@ def api_call(name: str, session: str, command: int, start_id: int | None = None)
         "latest_output_html": ("SELECT shell_api.latest_output_html(%s)", (session,)),
         "session_changes": ("SELECT * FROM shell_api.session_changes(%s)", (session,)),
         "session_changes_html": ("SELECT shell_api.session_changes_html(%s)", (session,)),
+        "session_cursor": ("SELECT shell_api.session_cursor(%s)", (session,)),
         "submit_command_html": ("SELECT shell_api.submit_command_html(%s, 'echo more')", (session,)),
         "cancel_command": ("SELECT shell_api.cancel_command(%s)", (command,)),
         "fork_session": ("SELECT shell_api.fork_session(%s)", (command,)),
@@ -252,7 +253,7 @@ def test_owner_cancel_fork_and_replay_work(db, world):
 # --- another tenant ----------------------------------------------------------
 
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
-                "session_changes_html", "submit_command_html", "cancel_command", "fork_session", "replay_session")
+                "session_changes_html", "session_cursor", "submit_command_html", "cancel_command", "fork_session", "replay_session")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)

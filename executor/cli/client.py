@@ -1,0 +1,386 @@
+"""The headless client: tenant subcommands over the HTTP API (PG_SHELL_URL),
+as the user whose token `pg-shell login` saved (or PG_SHELL_TOKEN)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from executor.api_client import ApiClient
+from executor.cli.replay import replay_and_compare
+from executor.config import Settings
+from executor.errors import ApiError, PgShellError
+
+TERMINAL = frozenset({"done", "failed", "cancelled"})
+LONG_POLL_S = 20
+INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
+
+
+class NotLoggedIn(PgShellError):
+    """No token: run `pg-shell login` or set PG_SHELL_TOKEN."""
+
+
+def token_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "pg-shell" / "token"
+
+
+def save_token(token: str) -> Path:
+    path = token_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Created 0600 from the start, and tightened if it already existed.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(token + "\n")
+    return path
+
+
+def load_token(settings: Settings) -> str | None:
+    if settings.token:
+        return settings.token
+    try:
+        return token_path().read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+@contextlib.contextmanager
+def api(settings: Settings, *, anonymous: bool = False) -> Iterator[ApiClient]:
+    token = None if anonymous else load_token(settings)
+    if not anonymous and token is None:
+        raise NotLoggedIn(f"not logged in: run `pg-shell login USERNAME` (the token is kept in "
+                          f"{token_path()}) or set PG_SHELL_TOKEN")
+    client = ApiClient(settings.url, token)
+    try:
+        yield client
+    except ApiError as exc:
+        if exc.status == 401 and not exc.hint:
+            exc.hint = "log in again with `pg-shell login USERNAME`"
+        raise
+    finally:
+        client.close()
+
+
+def session_of(args: argparse.Namespace, settings: Settings, client: ApiClient) -> str:
+    """--session, else PG_SHELL_SESSION, else the most recently active session."""
+    chosen = getattr(args, "session", None) or settings.session
+    if chosen:
+        return str(chosen)
+    sessions = client.list_sessions()  # most recently active first
+    if not sessions:
+        raise PgShellError("you have no session yet: create one with `pg-shell new [NAME]`")
+    return str(sessions[0]["id"])
+
+
+# -- registration ---------------------------------------------------------------------
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps the description; keeps the examples' lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _add(commands: argparse._SubParsersAction, name: str, summary: str, description: str,
+         examples: str) -> argparse.ArgumentParser:
+    return commands.add_parser(name, help=summary, description=description,
+                               epilog="examples:\n" + examples, formatter_class=_HelpFormatter)
+
+
+def _session_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-s", "--session", metavar="SESSION",
+                        help="session id (default: PG_SHELL_SESSION, else your most recently active session)")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    login = _add(commands, "login", "log in and save the token",
+                 "Log in to the pg_shell API at PG_SHELL_URL and save the token in "
+                 "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The password "
+                 "is read from stdin when it is not a terminal, else prompted for.",
+                 "  pg-shell login alice\n"
+                 "  echo \"$PASSWORD\" | pg-shell login alice\n"
+                 "  export PG_SHELL_TOKEN=$(pg-shell login alice --print-token)")
+    login.add_argument("username", nargs="?", metavar="USERNAME",
+                       help="your user name (default: your local login name)")
+    login.add_argument("--print-token", action="store_true",
+                       help="print the token on stdout instead of saving it")
+    login.set_defaults(handler=cmd_login)
+
+    sessions = _add(commands, "sessions", "list your sessions",
+                    "List your sessions, most recently active first.",
+                    "  pg-shell sessions\n  pg-shell sessions --json | jq -r '.[0].id'")
+    sessions.add_argument("--json", action="store_true", help="print JSON")
+    sessions.set_defaults(handler=cmd_sessions)
+
+    new = _add(commands, "new", "create a session and print its id",
+               "Create a session (its own home directory, cwd and environment) and print its id.",
+               "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)")
+    new.add_argument("name", nargs="?", metavar="NAME", help="a name to recognise it by")
+    new.set_defaults(handler=cmd_new)
+
+    run = _add(commands, "run", "run a command and stream its output",
+               "Run COMMAND in a session and print its output as it arrives; exit with the "
+               "command's exit code. A command that fails (timeout, out of memory) or is cancelled "
+               "exits non-zero with the reason on stderr. Ctrl-C cancels the command (exit 130). "
+               "The words of COMMAND are joined by spaces and run by a shell in the sandbox, so "
+               "quote what your local shell would expand.",
+               "  pg-shell run ls -la\n  pg-shell run 'cd src && make 2>&1 | tail'\n"
+               "  pg-shell run --session 3f2c… 'echo $HOME'")
+    _session_option(run)
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...", help="the command line")
+    run.set_defaults(handler=cmd_run)
+
+    tail = _add(commands, "tail", "show the last commands; -f follows new ones",
+                "Show the last commands of a session with their output; with -f, keep following: "
+                "new commands and their output appear as they run (Ctrl-C to stop).",
+                "  pg-shell tail\n  pg-shell tail -f -n 3")
+    _session_option(tail)
+    tail.add_argument("-n", "--lines", type=int, default=10, metavar="N",
+                      help="how many of the last commands to show (default 10)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep following new commands")
+    tail.set_defaults(handler=cmd_tail)
+
+    cancel = _add(commands, "cancel", "cancel a command",
+                  "Cancel a command: a queued one is dropped, a running one is killed. Exits 1 "
+                  "if it had already ended.",
+                  "  pg-shell cancel 42")
+    cancel.add_argument("command_id", type=int, metavar="COMMAND_ID", help="the command's id")
+    cancel.set_defaults(handler=cmd_cancel)
+
+    fork = _add(commands, "fork", "start a new session from after a command",
+                "Create a session whose cwd and environment are those right after COMMAND_ID "
+                "ran; print its id.",
+                "  pg-shell fork 42\n  export PG_SHELL_SESSION=$(pg-shell fork 42)")
+    fork.add_argument("command_id", type=int, metavar="COMMAND_ID", help="a command that has finished")
+    fork.set_defaults(handler=cmd_fork)
+
+    replay = _add(commands, "replay", "re-run a session's commands from one on and compare",
+                  "Queue SESSION's commands from START_ID on again, in order, in a new session "
+                  "that starts from the state START_ID started from (the replay run). Progress "
+                  "(N/M commands done) goes to stderr; at the end a table compares each command's "
+                  "exit code and output with the original's (same/different, with a short diff). "
+                  "Exits 0 when every command matched, 1 otherwise. --no-wait only prints the run "
+                  "id (the new session's id: follow it with `pg-shell tail -f --session ID`).",
+                  "  pg-shell replay 3f2c… 40\n"
+                  "  pg-shell replay --json 3f2c… 40 | jq '.commands[] | select(.same | not)'\n"
+                  "  pg-shell replay --no-wait 3f2c… 40")
+    replay.add_argument("session_id", metavar="SESSION", help="the session to replay")
+    replay.add_argument("start_id", type=int, metavar="START_ID", help="the first command to replay")
+    replay.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    replay.add_argument("--no-wait", action="store_true",
+                        help="print the replay run id and exit, without waiting or comparing")
+    replay.set_defaults(handler=cmd_replay)
+
+    history = _add(commands, "history", "list a session's commands",
+                   "List the last commands of a session, oldest first: id, status, exit code, "
+                   "when, command. --json adds the output.",
+                   "  pg-shell history\n  pg-shell history --limit 100 --json | jq '.[] | .exit_code'")
+    _session_option(history)
+    history.add_argument("--limit", type=int, default=20, metavar="N",
+                         help="how many of the last commands (1-1000, default 20)")
+    history.add_argument("--json", action="store_true", help="print JSON (with each command's output)")
+    history.set_defaults(handler=cmd_history)
+
+
+# -- handlers -------------------------------------------------------------------------
+
+
+def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
+    username = args.username or getpass.getuser()
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password for {username}: ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    with api(settings, anonymous=True) as client:
+        token = client.login(username, password)
+    if args.print_token:
+        print(token)
+    else:
+        print(f"logged in as {username} (token saved in {save_token(token)})", file=sys.stderr)
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
+    with api(settings) as client:
+        rows = client.list_sessions()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no sessions: create one with `pg-shell new [NAME]`", file=sys.stderr)
+    for row in rows:
+        print(f"{row['id']}  {_when(row['last_active_at'])}  {row['cwd']:<20} {row['name'] or ''}".rstrip())
+    return 0
+
+
+def cmd_new(args: argparse.Namespace, settings: Settings) -> int:
+    with api(settings) as client:
+        print(client.create_session(args.name))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    command = " ".join(args.command[1:] if args.command[:1] == ["--"] else args.command)
+    if not command.strip():
+        raise PgShellError("no command given: pg-shell run COMMAND...")
+    with api(settings) as client:
+        session = session_of(args, settings, client)
+        # The cursor is read before submitting, so no change of the new
+        # command can fall before it.
+        cursor = client.change_cursor(session)
+        command_id = client.submit_command(session, command)
+        printer = Printer(sys.stdout, only=command_id)
+        try:
+            while (row := printer.finished.get(command_id)) is None:
+                rows = client.session_changes(session, cursor, wait=LONG_POLL_S)
+                cursor = max([cursor, *(int(r["change_seq"]) for r in rows)])
+                printer.show(rows)
+        except KeyboardInterrupt:
+            client.cancel_command(command_id)
+            print(f"pg-shell: cancelled command {command_id}", file=sys.stderr)
+            return INTERRUPTED
+    if row["status"] == "done":
+        return _exit_status(row["exit_code"])
+    print(f"pg-shell: command {command_id} {_ending(row)}", file=sys.stderr)
+    code = row["exit_code"]
+    return _exit_status(code) if code else 1
+
+
+def cmd_tail(args: argparse.Namespace, settings: Settings) -> int:
+    if not 1 <= args.lines <= 1000:
+        raise PgShellError("-n must be between 1 and 1000")
+    with api(settings) as client:
+        session = session_of(args, settings, client)
+        printer = Printer(sys.stdout, only=None, headers=True)
+        cursor = client.change_cursor(session) if args.follow else 0
+        printer.show(client.latest_output(session, 0, args.lines))
+        if not args.follow:
+            return 0
+        try:
+            while True:
+                rows = client.session_changes(session, cursor, wait=LONG_POLL_S)
+                cursor = max([cursor, *(int(r["change_seq"]) for r in rows)])
+                printer.show(rows)
+        except KeyboardInterrupt:
+            return INTERRUPTED
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    with api(settings) as client:
+        if client.cancel_command(args.command_id):
+            print(f"cancelling command {args.command_id}", file=sys.stderr)
+            return 0
+    print(f"pg-shell: command {args.command_id} had already ended", file=sys.stderr)
+    return 1
+
+
+def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
+    with api(settings) as client:
+        print(client.fork_session(args.command_id))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    with api(settings) as client:
+        if args.no_wait:
+            print(client.replay_session(args.session_id, args.start_id))
+            return 0
+        return replay_and_compare(client, args.session_id, args.start_id, args.json)
+
+
+def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
+    with api(settings) as client:
+        rows = client.latest_output(session_of(args, settings, client), 0, args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        code = "" if row["exit_code"] is None else row["exit_code"]
+        print(f"{row['id']:>8}  {row['status']:<9} {code!s:>4}  {_when(row['submitted_at'])}  "
+              f"{_one_line(row['command'])}")
+    return 0
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+class Printer:
+    """Prints commands' output as it grows: each change row carries the whole
+    output so far, so only the part not yet printed is written."""
+
+    def __init__(self, out: TextIO, only: int | None, headers: bool = False) -> None:
+        self.out = out
+        self.only = only  # print just this command's output (`run`)
+        self.headers = headers  # a line before and after each command (`tail`)
+        self.printed: dict[int, str] = {}
+        self.finished: dict[int, dict[str, Any]] = {}
+        self._at_line_start = True
+
+    def show(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            command_id = int(row["id"])
+            if (self.only is not None and command_id != self.only) or command_id in self.finished:
+                continue
+            self._show(command_id, row)
+        self.out.flush()
+
+    def _show(self, command_id: int, row: dict[str, Any]) -> None:
+        done = row["status"] in TERMINAL
+        if self.headers and command_id not in self.printed:
+            if row["status"] == "pending":
+                return  # shown once it starts, so queued commands do not interleave
+            self._write_line(f"[{command_id}] $ {_one_line(row['command'])}")
+        before = self.printed.get(command_id, "")
+        output = row["output"] or ""
+        # A stored final output that does not extend what streamed (it
+        # should) is not printed twice.
+        if output.startswith(before):
+            self._write(output[len(before):])
+            self.printed[command_id] = output
+        else:
+            self.printed.setdefault(command_id, before)
+        if done:
+            self.finished[command_id] = row
+            if self.headers:
+                self._write_line(f"[{command_id}] {_ending(row)}")
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self._at_line_start = text.endswith("\n")
+
+    def _write_line(self, line: str) -> None:
+        self._write(("" if self._at_line_start else "\n") + line + "\n")
+
+
+def _ending(row: dict[str, Any]) -> str:
+    """How a finished command ended, in a few words."""
+    parts = [row["status"]]
+    if row.get("reason") and row["reason"] != row["status"]:
+        parts.append(row["reason"])
+    if row["exit_code"] is not None:
+        parts.append(f"exit {row['exit_code']}")
+    return ", ".join(parts)
+
+
+def _exit_status(code: int | None) -> int:
+    return 1 if code is None else code & 0xFF
+
+
+def _when(timestamp: str | None) -> str:
+    return (timestamp or "")[:19].replace("T", " ")
+
+
+def _one_line(text: str) -> str:
+    return text if "\n" not in text else text.splitlines()[0] + " …"

@@ -1,0 +1,209 @@
+"""Fixtures shared by the acceptance, gateway, CLI and browser tests (a
+plugin registered in tests/conftest.py): the real `pg-shell executor` daemon
+and the real gateway (`pg-shell serve`) as subprocesses, against the test's
+fresh database and the real Docker engine."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import psycopg2.extensions
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Daemon:
+    """One executor process; its log is kept for the failure report."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, **overrides: str) -> Daemon:
+        env = {**self.env, **overrides}
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "executor"],
+                                     env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.wait_for_log("ready", timeout=60)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"executor exited {self.proc.returncode}:\n{self.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"executor never logged {text!r}:\n{self.log()[-4000:]}")
+            time.sleep(0.05)
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 60) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def executor_env(db: str, sandbox_image: str, tmp_path: Path) -> dict[str, str]:
+    volumes = tempfile.mkdtemp(prefix="pgtest-exec-vol-", dir="/var/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
+    env.update({
+        "DATABASE_URL": db,
+        "PG_SHELL_IMAGE": sandbox_image,
+        "PG_SHELL_ALLOW_ROOTFUL": "1",
+        "PG_SHELL_WORKER_ID": f"pgtest-{secrets.token_hex(4)}",
+        # Each test's database is its own deployment: reaping stays inside it.
+        "PG_SHELL_SCOPE": psycopg2.extensions.parse_dsn(db)["dbname"],
+        "PG_SHELL_VOLUMES_DIR": volumes,
+        "PG_SHELL_DISK_QUOTA_MB": "64",
+        "PG_SHELL_TIMEOUT_S": "20",
+        "PG_SHELL_HEARTBEAT_INTERVAL_S": "0.5",
+        "PG_SHELL_POLL_INTERVAL_S": "0.5",
+        "PG_SHELL_SHUTDOWN_GRACE_S": "5",
+        # Tests run side by side: a test that scrapes metrics picks a free port.
+        "PG_SHELL_METRICS_PORT": "0",
+    })
+    return env
+
+
+@pytest.fixture
+def make_daemon(executor_env: dict[str, str], tmp_path: Path, docker_client: Any) -> Iterator[Callable[..., Daemon]]:
+    daemons: list[Daemon] = []
+
+    def make(**overrides: str) -> Daemon:
+        daemon = Daemon({**executor_env, **overrides}, tmp_path / f"executor-{len(daemons)}.log")
+        daemons.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in daemons:
+        daemon.stop()
+    for worker_id in {d.env["PG_SHELL_WORKER_ID"] for d in daemons}:
+        # Sparse and filtered by the engine: inspecting every container on a
+        # shared engine fails when another run removes one meanwhile.
+        for container in docker_client.containers.list(
+                all=True, sparse=True, filters={"label": f"pg-shell.worker-id={worker_id}"}):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass  # it removed itself
+    remove_session_volumes(docker_client, executor_env["PG_SHELL_VOLUMES_DIR"])
+
+
+def remove_session_volumes(docker_client: Any, volumes_dir: str) -> None:
+    for image in Path(volumes_dir).glob("*.ext4"):
+        volume = "pg-shell-home-" + image.stem
+        try:
+            docker_client.volumes.get(volume).remove(force=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        for loop in subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
+                                   capture_output=True, text=True).stdout.split():
+            subprocess.run(["losetup", "-d", loop], check=False)
+        image.unlink()
+
+
+@pytest.fixture
+def daemon(make_daemon: Callable[..., Daemon]) -> Daemon:
+    return make_daemon().start()
+
+
+# -- the gateway ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def authenticator_dsn(dsn: str) -> str:
+    """The same database as shell_authenticator (trust auth on the test server)."""
+    params = psycopg2.extensions.parse_dsn(dsn)
+    params.pop("password", None)
+    params["user"] = "shell_authenticator"
+    return psycopg2.extensions.make_dsn(**params)
+
+
+class Gateway:
+    """`pg-shell serve` on a free port, logged in as shell_authenticator as
+    PostgREST would be; its log is kept for the failure report."""
+
+    def __init__(self, dsn: str, log_path: Path) -> None:
+        self.dsn = dsn
+        self.log_path = log_path
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> Gateway:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
+        env.update({"DATABASE_URL": self.dsn, "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(self.dsn)})
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "executor.cli.main", "serve", "--port", str(self.port)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+                if "Application startup complete" in self.log():
+                    return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gateway exited {self.proc.returncode}:\n{self.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gateway never answered on {self.url}:\n{self.log()[-4000:]}")
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def gateway(db: str, tmp_path: Path) -> Iterator[Gateway]:
+    """The real gateway against this test's database."""
+    gw = Gateway(db, tmp_path / "gateway.log").start()
+    yield gw
+    gw.stop()
+
+
