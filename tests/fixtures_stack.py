@@ -120,7 +120,7 @@ def make_daemon(executor_env: dict[str, str], tmp_path: Path, docker_client: Any
 
 def remove_session_volumes(docker_client: Any, volumes_dir: str) -> None:
     for image in Path(volumes_dir).glob("*.ext4"):
-        volume = "pg-shell-home-" + image.stem
+        volume = image.stem  # the image file is named after its volume
         try:
             docker_client.volumes.get(volume).remove(force=True)
         except Exception:  # noqa: BLE001 - already gone
