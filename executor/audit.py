@@ -1,0 +1,230 @@
+"""Verification of the tamper-evident history, from rows alone.
+
+Pure logic (no database): `pg-shell audit verify` feeds it rows read from
+PostgreSQL, `pg-shell audit verify-export` rows read from an export file.
+Each session's chain is walked in order from its start (or from the
+checkpoint retention left), and the first broken link is reported with its
+cause:
+
+- ``edited``: a row no longer matches its record (``field`` names which), or a
+  record no longer matches its link hash;
+- ``deleted``: links are missing (a chain_seq gap, a link whose predecessor is
+  gone, or links missing at the end of the chain);
+- ``reordered``: links are intact but in the wrong positions;
+- ``forged``: a signature that does not verify, or a key nobody registered;
+- ``missing signature``: an executor's record without its signature, or a
+  ``done`` result with none (failures the database settled itself are
+  expected to be unsigned).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from executor.records import DATABASE_SIGNER, FACT_FIELDS, GENESIS, chain_hash, facts_of
+from executor.signing import signature_valid
+
+EDITED = "edited"
+DELETED = "deleted"
+REORDERED = "reordered"
+FORGED = "forged"
+MISSING_SIGNATURE = "missing signature"
+
+# A fact that differs is reported under the row field it is computed from.
+_ROW_FIELD = {"output_sha256": "output", "command_sha256": "command", "attempt": "attempts"}
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Break:
+    session_id: str
+    command_id: int | None
+    chain_seq: int | None
+    cause: str
+    detail: str
+    field: str | None = None
+
+    def describe(self) -> str:
+        where = f"command {self.command_id}" if self.command_id is not None else "the chain"
+        seq = f" (chain_seq {self.chain_seq})" if self.chain_seq is not None else ""
+        what = f"{self.cause} [{self.field}]" if self.field else self.cause
+        return f"session {self.session_id}: {where}{seq}: {what}: {self.detail}"
+
+
+@dataclass
+class Report:
+    sessions: int = 0
+    links: int = 0
+    breaks: list[Break] = field(default_factory=list)
+
+    @property
+    def intact(self) -> bool:
+        return not self.breaks
+
+    def to_json(self) -> dict[str, Any]:
+        return {"intact": self.intact, "sessions": self.sessions, "links": self.links,
+                "breaks": [asdict(b) for b in self.breaks]}
+
+
+def verify(sessions: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]],
+           keys: Mapping[str, str]) -> Report:
+    """``sessions``: (session, links) pairs; ``keys``: key_id → public key (hex)."""
+    report = Report()
+    for session, links in sessions:
+        report.sessions += 1
+        report.links += len(links)
+        found = verify_session(session, links, keys)
+        if found:
+            report.breaks.append(found)
+    return report
+
+
+def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
+                   keys: Mapping[str, str]) -> Break | None:
+    sid = str(session["session_id"])
+    chained = sorted((lk for lk in links if lk["chain_seq"] is not None), key=lambda lk: lk["chain_seq"])
+    start_seq, start_hash = 0, GENESIS
+    if session.get("checkpoint_seq") is not None:
+        found = _check_checkpoint(sid, session, keys)
+        if found:
+            return found
+        start_seq, start_hash = session["checkpoint_seq"], session["checkpoint_hash"]
+        kept = [lk for lk in chained if lk["chain_seq"] <= start_seq]
+        for link in kept:  # pinned by a fork or replay: each checked on its own
+            found = _check_record(sid, link, keys) or _check_own_hash(sid, link)
+            if found:
+                return found
+        missing = start_seq - session["checkpoint_removed"] - len(kept)
+        if missing:
+            return Break(sid, None, start_seq, DELETED,
+                         f"{missing} link(s) retention kept below the checkpoint are missing"
+                         if missing > 0 else "the checkpoint counts more links than it covers")
+        chained = [lk for lk in chained if lk["chain_seq"] > start_seq]
+    expected_seq, expected_prev = start_seq + 1, start_hash
+    for link in chained:
+        seq = link["chain_seq"]
+        if seq > expected_seq:
+            return Break(sid, link["command_id"], seq, DELETED,
+                         f"chain_seq {_span(expected_seq, seq - 1)} missing before this link")
+        if seq < expected_seq:
+            return Break(sid, link["command_id"], seq, REORDERED, f"chain_seq {seq} appears twice")
+        found = _check_record(sid, link, keys)
+        if found:
+            return found
+        computed = chain_hash(link["chain_prev"] or "", link["result_record"])
+        if link["chain_prev"] != expected_prev or computed != link["chain_hash"]:
+            return _misplaced(sid, link, computed, chained)
+        expected_seq, expected_prev = seq + 1, link["chain_hash"]
+    for link in links:
+        if link["chain_seq"] is None:
+            return Break(sid, link["command_id"], None, EDITED, "an ended command has no chain link",
+                         "chain_seq")
+    last = expected_seq - 1
+    head_seq, head_hash = session["head_seq"], session["head_hash"]
+    if last < head_seq:
+        return Break(sid, None, head_seq, DELETED,
+                     f"chain_seq {_span(last + 1, head_seq)} missing at the end of the chain "
+                     f"(the session's chain head is at {head_seq})")
+    if last > head_seq or expected_prev != head_hash:
+        return Break(sid, None, last, EDITED, "the chain does not end at the session's chain head",
+                     "chain_head")
+    return None
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) -> Break | None:
+    cid, seq, text = link["command_id"], link["chain_seq"], link["result_record"]
+
+    def brk(cause: str, detail: str, fld: str | None = None) -> Break:
+        return Break(sid, cid, seq, cause, detail, fld)
+
+    try:
+        record = json.loads(text) if text is not None else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return brk(EDITED, "the result record is missing or not a JSON object", "result_record")
+    signer = record.get("signer")
+    if signer == DATABASE_SIGNER:
+        if record.get("status") == "done":
+            return brk(MISSING_SIGNATURE, "a completed ('done') result must carry its executor's signature")
+    else:
+        if not link["signature"]:
+            return brk(MISSING_SIGNATURE, f"the record names signer {signer!r} but has no signature")
+        public_key = keys.get(signer) if isinstance(signer, str) else None
+        if public_key is None:
+            return brk(FORGED, f"signed by an unknown key {signer!r}")
+        if not signature_valid(public_key, text, link["signature"]):
+            return brk(FORGED, f"the signature does not match the record (key {signer})")
+    facts = facts_of(link)
+    for name in FACT_FIELDS:
+        claimed = record.get(name, _ABSENT)
+        if claimed is _ABSENT or claimed != facts[name] or type(claimed) is not type(facts[name]):
+            shown = "nothing" if claimed is _ABSENT else json.dumps(claimed)[:80]
+            return brk(EDITED, f"the row's {_ROW_FIELD.get(name, name)} no longer matches the record "
+                               f"({name}: record {shown}, row {json.dumps(facts[name])[:80]})",
+                       _ROW_FIELD.get(name, name))
+    chunks = link.get("chunks_sha256")
+    if chunks is not None and chunks != record["output_sha256"]:
+        return brk(EDITED, "the stored output chunks no longer match the record", "output_chunks")
+    return None
+
+
+def _check_own_hash(sid: str, link: Mapping[str, Any]) -> Break | None:
+    if chain_hash(link["chain_prev"] or "", link["result_record"]) != link["chain_hash"]:
+        return Break(sid, link["command_id"], link["chain_seq"], EDITED,
+                     "the link hash does not match its record", "result_record")
+    return None
+
+
+def _misplaced(sid: str, link: Mapping[str, Any], computed: str,
+               chained: list[Mapping[str, Any]]) -> Break:
+    cid, seq = link["command_id"], link["chain_seq"]
+    if computed == link["chain_hash"]:
+        # The link is whole but hangs off the wrong predecessor.
+        for other in chained:
+            if other is not link and other["chain_hash"] == link["chain_prev"]:
+                return Break(sid, cid, seq, REORDERED,
+                             f"this link follows command {other['command_id']} "
+                             f"(chain_seq {other['chain_seq']}), not the link before it")
+        return Break(sid, cid, seq, DELETED, "the link this one follows is missing")
+    for other in chained:
+        fits = chain_hash(other["chain_prev"] or "", link["result_record"]) == other["chain_hash"]
+        if other is not link and fits:
+            return Break(sid, cid, seq, REORDERED,
+                         f"this record belongs at chain_seq {other['chain_seq']}, "
+                         f"where command {other['command_id']} is")
+    return Break(sid, cid, seq, EDITED, "the link hash does not match its record and predecessor",
+                 "result_record")
+
+
+def _check_checkpoint(sid: str, session: Mapping[str, Any], keys: Mapping[str, str]) -> Break | None:
+    seq = session["checkpoint_seq"]
+    text = session.get("checkpoint_record")
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return Break(sid, None, seq, EDITED, "the checkpoint record is missing or not JSON", "checkpoint")
+    signer = record.get("signer")
+    if not session.get("checkpoint_signature"):
+        return Break(sid, None, seq, MISSING_SIGNATURE, "the retention checkpoint is not signed")
+    public_key = keys.get(signer) if isinstance(signer, str) else None
+    if public_key is None:
+        return Break(sid, None, seq, FORGED, f"checkpoint signed by an unknown key {signer!r}")
+    if not signature_valid(public_key, text, session["checkpoint_signature"]):
+        return Break(sid, None, seq, FORGED, "the checkpoint's signature does not match its record")
+    expected = {"session_id": sid, "chain_seq": seq, "chain_hash": session["checkpoint_hash"],
+                "removed": session["checkpoint_removed"]}
+    for name, value in expected.items():
+        if record.get(name) != value:
+            return Break(sid, None, seq, EDITED, f"the checkpoint's {name} no longer matches its record",
+                         "checkpoint")
+    return None

@@ -1,0 +1,42 @@
+"""Retention over DATABASE_URL (acting as shell_admin): removes the oldest
+links of each session's chain in batches, each batch one transaction that
+also saves the session's signed checkpoint."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from executor.db.connection import Connection, query, transaction
+
+# (session_id, chain_seq, chain_hash, removed) → (record, signature, key_id)
+CheckpointSigner = Callable[[str, int, str, int], tuple[str, str, str]]
+
+
+def sessions_with_old_history(conn: Connection, before: datetime.datetime, after: str | None,
+                              limit: int) -> list[str]:
+    rows = query(conn, "SELECT s::text AS id FROM shell.retention_sessions(%s, %s::uuid, %s) AS s",
+                 (before, after, limit))
+    return [r["id"] for r in rows]
+
+
+def remove_batch(conn: Connection, session_id: str, before: datetime.datetime, limit: int,
+                 sign: CheckpointSigner) -> int:
+    """Removes up to ``limit`` old links of one session; returns how many."""
+    with transaction(conn) as cur:
+        cur.execute("SELECT * FROM shell.retention_plan(%s::uuid, %s, %s)", (session_id, before, limit))
+        plan: dict[str, Any] | None = cur.fetchone()
+        if plan is None:
+            return 0
+        record, signature, key_id = sign(session_id, plan["chain_seq"], plan["chain_hash"], plan["removed"])
+        cur.execute("SELECT shell.apply_retention(%s::uuid, %s::bigint[], %s, %s, %s, %s, %s, %s) AS gone",
+                    (session_id, plan["command_ids"], plan["chain_seq"], plan["chain_hash"],
+                     plan["removed"], record, signature, key_id))
+        return int(cur.fetchone()["gone"])
+
+
+def idle_sessions(conn: Connection, session_ids: list[str], idle_before: datetime.datetime) -> set[str]:
+    rows = query(conn, "SELECT s::text AS id FROM shell.idle_sessions(%s::uuid[], %s) AS s",
+                 (session_ids, idle_before))
+    return {r["id"] for r in rows}
