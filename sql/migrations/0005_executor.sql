@@ -59,21 +59,27 @@ DECLARE
     seq bigint;
     claimed integer := 0;
     scanned integer := 0;
+    -- Read with FETCH, one lane at a time, so only the lanes examined are
+    -- locked: a FOR loop prefetches rows and would lock lanes it never
+    -- claims, holding other sessions back until this transaction ends.
+    ready_lanes CURSOR FOR
+        SELECT l.session_id, l.user_id FROM shell.lanes l
+        WHERE l.pending > 0 AND l.active_command_id IS NULL
+        ORDER BY l.ready_since
+        FOR UPDATE SKIP LOCKED;
 BEGIN
     PERFORM shell.check_worker(p_worker_id, p_lease_seconds);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'p_limit must be between 1 and 1000' USING ERRCODE = '22023';
     END IF;
-    FOR lane IN
-        SELECT l.session_id, l.user_id FROM shell.lanes l
-        WHERE l.pending > 0 AND l.active_command_id IS NULL
-        ORDER BY l.ready_since
-        FOR UPDATE SKIP LOCKED
+    OPEN ready_lanes;
     LOOP
-        scanned := scanned + 1;
         -- Lanes skipped for a user's quota stay locked until commit; bound
         -- the scan so one tenant's backlog cannot make a claim expensive.
-        EXIT WHEN claimed >= p_limit OR scanned > p_limit * 4 + 32;
+        EXIT WHEN claimed >= p_limit OR scanned >= p_limit * 4 + 32;
+        FETCH ready_lanes INTO lane;
+        EXIT WHEN NOT FOUND;
+        scanned := scanned + 1;
         -- One claimer at a time per user, so max_running holds under
         -- concurrency; a user being claimed elsewhere is simply skipped.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('shell.user:' || lane.user_id, 0));
@@ -96,6 +102,7 @@ BEGIN
         RETURNING c.id, c.session_id, c.user_id, c.command, c.cwd_before, c.env_before, c.attempts, c.image_digest;
         claimed := claimed + 1;
     END LOOP;
+    CLOSE ready_lanes;
 END
 $$;
 
@@ -164,7 +171,7 @@ DECLARE
     new_cwd text := coalesce(p_cwd, cmd.cwd_before);
     new_env jsonb := coalesce(p_env, cmd.env_before);
 BEGIN
-    IF p_status NOT IN ('done', 'failed', 'cancelled') THEN
+    IF p_status IS NULL OR p_status NOT IN ('done', 'failed', 'cancelled') THEN
         RAISE EXCEPTION 'invalid final status %', p_status USING ERRCODE = '22023';
     END IF;
     IF new_cwd NOT LIKE '/%' OR jsonb_typeof(new_env) <> 'object'
