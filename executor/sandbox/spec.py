@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from docker.types import Mount, Ulimit
+from docker.types import LogConfig, Mount, Ulimit
 
 from .model import Limits, RunRequest
 from .state import NAME_RE, is_reserved
@@ -56,6 +56,10 @@ def host_config_args(limits: Limits, shell_root: str, volume: str,
         # The one and only mount.
         "mounts": [Mount(target=shell_root, source=volume, type="volume", no_copy=not seed_from_image)],
         "auto_remove": False,  # removed after the result is recorded
+        # Output reaches us through the attach stream only. The default
+        # json-file driver would also keep every byte on the host's disk
+        # until removal, cap or not: `yes` wrote ~65 MiB/s there.
+        "log_config": LogConfig(type=LogConfig.types.NONE),
     }
 
 
@@ -81,11 +85,18 @@ def container_args(req: RunRequest, shell_root: str, nonce: str, scope: str) -> 
     }
 
 
+# The session's variables reach the entrypoint under this prefix; it exports
+# them under their own names only after reading the command (sandbox-image/
+# run). Passed as-is they would act on the entrypoint's own start-up: a
+# stored BASH_ENV, SHELLOPTS, LD_LIBRARY_PATH or a PATH with a fake `cat`
+# would stop every later command of the session from running.
+SESSION_ENV_PREFIX = "PG_SHELL_ENV_"
+
+
 def environment(req: RunRequest, shell_root: str, nonce: str) -> list[str]:
     """Only the session's env plus our few variables: never os.environ."""
-    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
-    env.update((k, v) for k, v in req.env.items() if NAME_RE.match(k) and not is_reserved(k))
-    env["HOME"] = shell_root
-    env["PG_SHELL_CWD"] = req.cwd
-    env["PG_SHELL_NONCE"] = nonce
+    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOME": shell_root,
+           "PG_SHELL_CWD": req.cwd, "PG_SHELL_NONCE": nonce}
+    env.update((SESSION_ENV_PREFIX + k, v) for k, v in req.env.items()
+               if NAME_RE.match(k) and not is_reserved(k))
     return [f"{k}={v}" for k, v in env.items()]
