@@ -18,9 +18,9 @@ import codecs
 STDOUT = 1
 STDERR = 2
 
-# Bound on the state report (JSON of cwd + env). Valid env is at most
-# 256 KiB; JSON escaping can inflate that up to 6x.
-MAX_STATE_BYTES = 2 * 1024 * 1024
+# Bound on the state report (cwd + NAME=value pairs). A valid env is at
+# most 256 KiB; anything far beyond is rejected without being kept.
+MAX_STATE_BYTES = 1024 * 1024
 
 
 def state_marker(nonce: str) -> bytes:
@@ -30,6 +30,11 @@ def state_marker(nonce: str) -> bytes:
     the start of a marker (which would be held back until disambiguated).
     """
     return b"\0pg-shell-state " + nonce.encode("ascii") + b"\n"
+
+
+def state_end_marker(nonce: str) -> bytes:
+    """What ends a complete state report."""
+    return b"\0pg-shell-end " + nonce.encode("ascii") + b"\n"
 
 
 def truncation_notice(cap: int) -> str:
@@ -46,6 +51,7 @@ class StateExtractor:
 
     def __init__(self, nonce: str) -> None:
         self._marker = state_marker(nonce)
+        self._end = state_end_marker(nonce)
         self._held = b""
         self._state: bytearray | None = None
         self.state_overflow = False
@@ -76,10 +82,11 @@ class StateExtractor:
         return held
 
     def state_bytes(self) -> bytes | None:
-        """The report after the marker (first line), or None if none arrived."""
+        """The report between the markers, or None if no complete one arrived."""
         if self._state is None:
             return None
-        return bytes(self._state).split(b"\n", 1)[0]
+        report, end, _ = bytes(self._state).partition(self._end)
+        return report if end else None
 
     def _keep_state(self, data: bytes) -> None:
         assert self._state is not None

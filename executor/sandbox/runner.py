@@ -280,13 +280,16 @@ class Sandbox:
         if "error" in exit_status:
             exc = exit_status["error"]
             raise _engine_error(exc, "wait for container", container_id) from exc
-        info = self._inspect(container_id)
         exit_code = int(exit_status.get("StatusCode", -1))
+        # Only a SIGKILL can be the OOM killer, and only then is the
+        # container inspected: it costs a round trip on the critical path.
+        killed = exit_code in (EXIT_OOM, -1) and reason is None
+        info = self._inspect(container_id) if killed or not req.image.startswith("sha256:") else {}
         if reason == "timeout":
             exit_code = EXIT_TIMEOUT
         elif reason == "cancelled":
             exit_code = EXIT_CANCELLED
-        elif info["State"].get("OOMKilled"):
+        elif killed and info["State"].get("OOMKilled"):
             reason, exit_code = "oom", EXIT_OOM
 
         if reason in ("timeout", "cancelled"):
@@ -320,7 +323,7 @@ class Sandbox:
             env=state.env,
             state_note=state_note,
             container_id=container_id,
-            image_digest=str(info.get("Image", "")),
+            image_digest=str(info.get("Image") or req.image),
         )
 
     def _inspect(self, container_id: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ session's previous state and says why in a note.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -41,18 +40,23 @@ class SessionState:
 
 
 def parse_report(raw: bytes | None, overflow: bool = False) -> tuple[dict[str, object] | None, str | None]:
-    """Decode the JSON report; return (report, note-if-unusable)."""
-    if raw is None:
-        return None, "no state report (the command was killed or replaced the EXIT trap)"
+    """Split the report — cwd, then NAME=value entries, each NUL-terminated —
+    into {"cwd", "env"}; return (report, note-if-unusable). Undecodable
+    bytes become lone surrogates, which validation then rejects."""
     if overflow:
         return None, "state report too large"
-    try:
-        report = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None, "state report is not valid JSON"
-    if not isinstance(report, dict):
-        return None, "state report is not a JSON object"
-    return report, None
+    if raw is None:
+        return None, "no state report (the command was killed or replaced the EXIT trap)"
+    if not raw.endswith(b"\0"):
+        return None, "state report is malformed"
+    cwd, *entries = raw[:-1].decode("utf-8", "surrogateescape").split("\0")
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep:
+            return None, "state report is malformed"
+        env[name] = value
+    return {"cwd": cwd or None, "env": env}, None
 
 
 def _utf8_len(text: str) -> int | None:

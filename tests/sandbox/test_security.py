@@ -76,8 +76,9 @@ def test_forged_state_report_is_still_validated(run) -> None:
     forge = (
         "n=$(tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^PG_SHELL_NONCE=//p');"
         " trap - EXIT;"
-        " printf '\\0pg-shell-state %s\\n{\"cwd\": \"/home/sandbox/../../etc\","
-        " \"env\": {\"BASH_FUNC_x%%%%\": \"() { :; }\"}}\\n' \"$n\""
+        " printf '\\0pg-shell-state %s\\n' \"$n\";"
+        " printf '%s\\0' /home/sandbox/../../etc 'BASH_FUNC_x%%=() { :; }';"
+        " printf '\\0pg-shell-end %s\\n' \"$n\""
     )
     ran = run(forge, env={"OLD": "1"})
     assert ran.output == ""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+import json
 import secrets
+import shlex
 import socket
 import time
 from pathlib import Path
@@ -35,12 +37,16 @@ def lines(row: dict) -> list[str]:
 
 def forge(report: str) -> str:
     """A command that replaces the entrypoint's state report with ``report``
-    (the nonce is readable in /proc/1/environ; DESIGN says that is fine
-    because every report is validated)."""
+    (JSON: {"cwd", "env"}; the nonce is readable in /proc/1/environ; DESIGN
+    says that is fine because every report is validated)."""
+    fields = json.loads(report)
+    items = [fields["cwd"]] + [f"{k}={v}" for k, v in fields["env"].items()]
     return (
         "n=$(tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^PG_SHELL_NONCE=//p');"
         " trap - EXIT;"
-        " printf '\\0pg-shell-state %s\\n%s\\n' \"$n\" '" + report + "'"
+        " printf '\\0pg-shell-state %s\\n' \"$n\";"
+        " printf '%s\\0' " + " ".join(shlex.quote(i) for i in items) + ";"
+        " printf '\\0pg-shell-end %s\\n' \"$n\""
     )
 
 

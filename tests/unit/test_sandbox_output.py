@@ -13,6 +13,7 @@ from executor.sandbox.output import (
     STDOUT,
     OutputCapper,
     StateExtractor,
+    state_end_marker,
     state_marker,
     truncation_notice,
 )
@@ -79,15 +80,19 @@ def extract(frames: list[bytes]) -> tuple[bytes, bytes | None]:
 
 
 def test_marker_is_cut_out_and_state_kept() -> None:
-    out, state = extract([b"hello\n" + state_marker(NONCE) + b'{"cwd": "/x"}\n'])
-    assert (out, state) == (b"hello\n", b'{"cwd": "/x"}')
+    out, state = extract([b"hello\n" + state_marker(NONCE) + b"/x\0A=1\0" + state_end_marker(NONCE)])
+    assert (out, state) == (b"hello\n", b"/x\0A=1\0")
+
+
+def test_a_report_without_its_end_marker_is_no_report() -> None:
+    assert extract([state_marker(NONCE) + b"/x\0"]) == (b"", None)
 
 
 def test_marker_split_across_every_position_is_found() -> None:
-    stream = b"out" + state_marker(NONCE) + b"{}\n"
+    stream = b"out" + state_marker(NONCE) + b"/x\0" + state_end_marker(NONCE)
     for i in range(len(stream) + 1):
         for j in range(i, len(stream) + 1):
-            assert extract([stream[:i], stream[i:j], stream[j:]]) == (b"out", b"{}")
+            assert extract([stream[:i], stream[i:j], stream[j:]]) == (b"out", b"/x\0")
 
 
 def test_marker_with_another_nonce_is_output() -> None:
@@ -112,4 +117,4 @@ def test_oversized_state_is_flagged_and_bounded() -> None:
     for _ in range(3):
         ex.feed(b"x" * MAX_STATE_BYTES)
     assert ex.state_overflow is True
-    assert len(ex.state_bytes() or b"") == MAX_STATE_BYTES
+    assert ex.state_bytes() is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -19,8 +18,10 @@ ROOT = "/home/sandbox"
 PREV_ENV = {"OLD": "1"}
 
 
-def report(cwd: object = ROOT, env: object = None) -> bytes:
-    return json.dumps({"cwd": cwd, "env": {} if env is None else env}).encode()
+def report(cwd: str = ROOT, env: dict[str, str] | None = None) -> bytes:
+    """A state report as the entrypoint writes it (between its markers)."""
+    entries = [cwd] + [f"{k}={v}" for k, v in (env or {}).items()]
+    return b"".join(e.encode("utf-8", "surrogateescape") + b"\0" for e in entries)
 
 
 @pytest.mark.parametrize("cwd", [ROOT, f"{ROOT}/a", f"{ROOT}/a b/ü", f"{ROOT}/..x"])
@@ -104,6 +105,11 @@ def test_resolve_state_accepts_a_good_report() -> None:
     assert (state.cwd, state.env, state.note) == (f"{ROOT}/d", {"A": "1"}, None)
 
 
+def test_undecodable_bytes_in_a_report_are_rejected() -> None:
+    state = resolve_state(b"/home/sandbox\0A=\xff\xfe\0", False, ROOT, PREV_ENV, ROOT)
+    assert state.env == PREV_ENV and state.note and "not valid UTF-8" in state.note
+
+
 def test_resolve_state_judges_cwd_and_env_separately() -> None:
     state = resolve_state(report("/etc", {"A": "1"}), False, ROOT, PREV_ENV, ROOT)
     assert state.cwd == ROOT and state.env == {"A": "1"}
@@ -114,9 +120,8 @@ def test_resolve_state_judges_cwd_and_env_separately() -> None:
     ("raw", "overflow", "why"),
     [
         (None, False, "no state report"),
-        (b"{not json", False, "not valid JSON"),
-        (b"[1]", False, "not a JSON object"),
-        (b"\xff\xfe", False, "not valid JSON"),
+        (b"/home/sandbox", False, "malformed"),
+        (b"/home/sandbox\0NO_EQUALS_SIGN\0", False, "malformed"),
         (report(), True, "too large"),
     ],
 )
