@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 import sdnotify
 
+from executor import metrics
 from executor.config import Settings
+from executor.metrics_server import serve_executor_metrics
 from executor.sandbox import Sandbox
 from executor.worker import Worker, limits_from
 
@@ -40,5 +42,7 @@ def run_executor(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    metrics.RUNNING.set_function(worker.running)
+    serve_executor_metrics(settings, stop)
     worker.run()
     return 0

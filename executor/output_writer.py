@@ -1,9 +1,11 @@
 """Streams a command's output into the database while it runs: pieces are
 batched and flushed every few tens of milliseconds, each batch an output
-chunk with the next sequence number (so a retry never duplicates one)."""
+chunk with the next sequence number (so a retry never duplicates one).
+The writer also hashes exactly the text it stored, for the result record."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Callable
@@ -20,6 +22,7 @@ class OutputWriter:
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._seq = 0
+        self._sha256 = hashlib.sha256()
         self._closed = threading.Event()
         # Flushing runs in its own thread so quiet output still reaches the
         # database within one interval.
@@ -35,8 +38,17 @@ class OutputWriter:
         with self._lock:
             data, self._pending = "".join(self._pending), []
         if data:
+            # NUL is valid output but cannot be stored in a PostgreSQL text
+            # value; replaced here, where it is hashed, so the two agree.
+            data = data.replace("\x00", "\ufffd")
             self._flush(self._seq, data)
+            self._sha256.update(data.encode("utf-8"))
             self._seq += 1
+
+    @property
+    def output_sha256(self) -> str:
+        """sha256 (hex) of the concatenation of every chunk flushed so far."""
+        return self._sha256.hexdigest()
 
     def _loop(self) -> None:
         while not self._closed.wait(self._interval_s):

@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 
 import tenacity
 
+from executor import metrics
 from executor.config import Settings
 from executor.db.queue import ClaimedCommand, ExecutorDatabase, Listener
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
 from executor.outcome import LEASE_LOST, SHUTDOWN, outcome_of
 from executor.output_writer import OutputWriter
+from executor.records import result_record, sha256_hex, utc_now
 from executor.sandbox import EngineUnavailable, ImageNotFound, Limits, RunRequest, Sandbox, SandboxError
+from executor.signing import Signer
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -34,6 +37,8 @@ class Run:
     claimed: ClaimedCommand
     cancel: threading.Event = field(default_factory=threading.Event)
     kill_reason: str | None = None
+    started_at: str | None = None  # the executor's clock, for the result record
+    claimed_monotonic: float = field(default_factory=time.monotonic)
 
     def stop(self, reason: str) -> None:
         if not self.cancel.is_set():
@@ -59,6 +64,7 @@ class Worker:
         self._stop = stop
         self._notify = notify
         self._dsn = settings.require_database_url()
+        self._signer = Signer.from_file(settings.signing_key_file)
         # The main loop must stay responsive (signals, watchdog) during an
         # outage, so its connections try once per round; command threads
         # retry until the database is back.
@@ -74,6 +80,11 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self._maintenance_done = threading.Event()
         self.image = ""
+
+    def running(self) -> int:
+        """Commands whose container is running now (a metric)."""
+        with self._runs_lock:
+            return sum(1 for run in self._runs.values() if run.started_at)
 
     def _database(self, purpose: str, persistent: bool = True) -> ExecutorDatabase:
         return ExecutorDatabase(self._dsn, self.settings.executor_role,
@@ -98,6 +109,8 @@ class Worker:
         self.image = self._sandbox.image_digest(self.settings.image)
         log.info("sandbox image %s is %s", self.settings.image, self.image)
         db = self._database("start-up")
+        db.register_key(self._signer.public_key_hex, self.worker_id)
+        log.info("worker %s signs results with key %s", self.worker_id, self._signer.key_id)
         # Containers this worker id left behind may have run even if they
         # were never marked running: those commands must not run again.
         leftovers = self._sandbox.command_ids(self.worker_id)
@@ -192,11 +205,16 @@ class Worker:
 
         def on_started(container_id: str) -> None:
             db.mark_started(cmd, self.worker_id, container_id, image)
+            run.started_at = utc_now()
+            metrics.command_started(time.monotonic() - run.claimed_monotonic)
+            if cmd.image_digest and cmd.image_digest != self.image == image:
+                # A replay whose original's image is gone says so in its output.
+                writer.write(f"[pg-shell: image {cmd.image_digest} no longer exists; ran on {image}]\n")
             started.set()
             log.info("started command_id=%s container_id=%s", cmd.command_id, container_id[:12])
 
-        writer = OutputWriter(lambda seq, data: db.append_output(cmd, self.worker_id, seq, data),
-                              self.settings.output_flush_interval_s)
+        store = metrics.counting_output(lambda seq, data: db.append_output(cmd, self.worker_id, seq, data))
+        writer = OutputWriter(store, self.settings.output_flush_interval_s)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self.worker_id, command=cmd.command, cwd=cmd.cwd,
                              env=dict(cmd.env), image=image)
@@ -206,18 +224,22 @@ class Worker:
             writer.close()
             if started.is_set():
                 reason = f"engine error: {exc}"
-                db.complete(cmd, self.worker_id, status="failed", exit_code=None, reason=reason,
-                            truncated=False, cwd=None, env=None, duration_ms=None)
+                log.warning("command_id=%s failed: %s", cmd.command_id, reason)
+                self._complete(db, run, status="failed", exit_code=None, reason=reason, truncated=False,
+                               cwd=None, env=None, duration_ms=None, output_sha256=writer.output_sha256,
+                               image_digest=image)
             else:
+                metrics.CONTAINER_START_FAILURES.inc()
                 self._complete_unstarted(db, run, f"container failed to start: {exc}")
             return
         if result.state_note:
             writer.write(f"\n[pg-shell: {result.state_note}]\n")
         writer.close()
         end = outcome_of(result.exit_code, result.reason, run.kill_reason)
-        db.complete(cmd, self.worker_id, status=end.status, exit_code=end.exit_code, reason=end.reason,
-                    truncated=result.truncated, cwd=result.cwd, env=result.env,
-                    duration_ms=int(result.duration_s * 1000))
+        self._complete(db, run, status=end.status, exit_code=end.exit_code, reason=end.reason,
+                       truncated=result.truncated, cwd=result.cwd, env=result.env,
+                       duration_ms=int(result.duration_s * 1000), output_sha256=writer.output_sha256,
+                       image_digest=image)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)
         self._remover.submit(self._remove, result.container_id)
@@ -239,9 +261,30 @@ class Worker:
 
     def _complete_unstarted(self, db: ExecutorDatabase, run: Run, reason: str) -> None:
         status = "cancelled" if reason == "cancelled" else "failed"
-        db.complete(run.claimed, self.worker_id, status=status, exit_code=None, reason=reason,
-                    truncated=False, cwd=None, env=None, duration_ms=None)
+        self._complete(db, run, status=status, exit_code=None, reason=reason, truncated=False,
+                       cwd=None, env=None, duration_ms=None, output_sha256=sha256_hex(""),
+                       image_digest=run.claimed.image_digest)
         log.info("completed command_id=%s without running it: %s", run.claimed.command_id, reason)
+
+    def _complete(self, db: ExecutorDatabase, run: Run, *, status: str, exit_code: int | None,
+                  reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
+                  duration_ms: int | None, output_sha256: str, image_digest: str | None) -> None:
+        """Completes the command with its result record, signed: the record
+        states what the row will hold (no cwd/env reported keeps the old)."""
+        cmd = run.claimed
+        record = result_record(
+            signer=self._signer.key_id, command_id=cmd.command_id, session_id=str(cmd.session_id),
+            user_id=str(cmd.user_id), command=cmd.command, status=status, exit_code=exit_code,
+            reason=reason, truncated=truncated, output_sha256=output_sha256, cwd_before=cmd.cwd,
+            env_before=dict(cmd.env), cwd_after=cwd if cwd is not None else cmd.cwd,
+            env_after=dict(env) if env is not None else dict(cmd.env),
+            image_digest=image_digest if run.started_at else cmd.image_digest,
+            worker_id=self.worker_id, attempt=cmd.attempt, duration_ms=duration_ms,
+            started_at=run.started_at, finished_at=utc_now())
+        db.complete(cmd, self.worker_id, status=status, exit_code=exit_code, reason=reason,
+                    truncated=truncated, cwd=cwd, env=env, duration_ms=duration_ms, record=record,
+                    signature=self._signer.sign(record), key_id=self._signer.key_id)
+        metrics.command_completed(cmd.user_id, status, reason, duration_ms)
 
     def _image_for(self, cmd: ClaimedCommand) -> str:
         """A replay runs on its original's image while that image exists."""
@@ -274,7 +317,9 @@ class Worker:
                 if now - last_reap >= self.settings.reap_interval_s:
                     self._reap(db)
                     last_reap = now
-            except PgShellError as exc:
+            except (PgShellError, SandboxError) as exc:
+                # An engine outage (the reaper) must not end this thread:
+                # without it no lease is renewed and every command is lost.
                 log.warning("maintenance round failed, will retry: %s", exc)
 
     def _heartbeat(self, db: ExecutorDatabase) -> None:

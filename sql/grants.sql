@@ -65,7 +65,8 @@ GRANT EXECUTE ON FUNCTION
     shell.expire_leases(),
     shell.settle_worker(text, bigint[]),
     shell.live_commands(bigint[]),
-    shell.queue_depth()
+    shell.queue_depth(),
+    shell.current_image()
 TO shell_executor;
 
 -- Administrators: user management, audit (`pg-shell audit`) and retention
@@ -82,7 +83,11 @@ GRANT EXECUTE ON FUNCTION
     shell.retention_plan(uuid, timestamptz, integer),
     shell.apply_retention(uuid, bigint[], bigint, text, bigint, text, text, text),
     shell.idle_sessions(uuid[], timestamptz),
-    shell.usage_report(text, timestamptz)
+    shell.usage_report(text, timestamptz),
+    -- image rollout (`pg-shell image promote|list|prune`)
+    shell.promote_image(text),
+    shell.current_image(),
+    shell.image_usage()
 TO shell_admin;
 GRANT SELECT ON shell.users TO shell_admin;
 

@@ -24,3 +24,9 @@ def set_quota(conn: Connection, username: str, sessions: int | None, running: in
 
 def jwt_secret(conn: Connection) -> str:
     return str(query(conn, "SELECT shell.jwt_secret() AS s")[0]["s"])
+
+
+def usage_report(conn: Connection, consumer: str, since: Any) -> list[dict[str, Any]]:
+    """Usage per user since the consumer's watermark, which the same call
+    (one transaction) moves past what it reports."""
+    return query(_as_admin(conn), "SELECT * FROM shell.usage_report(%s, %s)", (consumer, since))

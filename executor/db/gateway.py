@@ -99,6 +99,13 @@ class GatewayDatabase:
             return str(cur.fetchone()["s"])
         return self._run(read)
 
+    def queue_depth(self) -> int:
+        """Pending commands of all tenants (for the metrics)."""
+        def read(cur: Any) -> int:
+            cur.execute("SELECT shell.queue_depth() AS n")
+            return int(cur.fetchone()["n"])
+        return self._run(read)
+
     def call(self, fn: RpcFunction, args: dict[str, Any], role: str, claims: dict[str, Any] | None) -> Any:
         """Calls ``fn`` with named arguments (already checked against the
         catalog) as ``role``; returns a list of rows for a set-returning

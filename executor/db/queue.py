@@ -95,19 +95,23 @@ class ExecutorDatabase:
                   (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))
 
     def append_output(self, cmd: ClaimedCommand, worker_id: str, seq: int, data: str) -> None:
-        # NUL is valid output but cannot be stored in a PostgreSQL text value.
-        data = data.replace("\x00", "\ufffd")
+        """``data`` holds no NUL (OutputWriter replaces it, where it hashes)."""
         self.call("SELECT shell.append_output(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, seq, data))
 
     def complete(self, cmd: ClaimedCommand, worker_id: str, *, status: str, exit_code: int | None,
                  reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
-                 duration_ms: int | None) -> None:
+                 duration_ms: int | None, record: str | None = None, signature: str | None = None,
+                 key_id: str | None = None) -> None:
         self.call(
-            "SELECT shell.complete_command(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "SELECT shell.complete_command(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (cmd.command_id, worker_id, cmd.attempt, status, exit_code, reason, truncated,
-             cwd, json_param(env) if env is not None else None, duration_ms),
+             cwd, json_param(env) if env is not None else None, duration_ms, record, signature, key_id),
         )
+
+    def register_key(self, public_key_hex: str, worker_id: str) -> str:
+        rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id", (public_key_hex, worker_id))
+        return str(rows[0]["key_id"])
 
     def expire_leases(self) -> list[dict[str, Any]]:
         return self.call("SELECT * FROM shell.expire_leases()")
@@ -118,6 +122,15 @@ class ExecutorDatabase:
     def live_commands(self, command_ids: list[int]) -> set[int]:
         rows = self.call("SELECT id FROM shell.live_commands(%s::bigint[]) AS id", (command_ids,))
         return {r["id"] for r in rows}
+
+    def current_image(self) -> tuple[str, str] | None:
+        """The promoted image (digest, promoted_at as text), if any."""
+        rows = self.call("SELECT digest, promoted_at::text AS promoted_at FROM shell.current_image()")
+        return (str(rows[0]["digest"]), str(rows[0]["promoted_at"])) if rows else None
+
+    def queue_depth(self) -> int:
+        """Pending commands of all tenants (for the metrics)."""
+        return int(self.call("SELECT shell.queue_depth() AS n")[0]["n"])
 
 
 class Listener:

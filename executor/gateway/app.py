@@ -26,10 +26,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from executor import metrics
 from executor.db.gateway import API_SCHEMA, GatewayDatabase, RpcFunction
 from executor.errors import DatabaseError
 from executor.gateway.auth import AuthError, Identity, identify
 from executor.gateway.live import ChangeFeed
+from executor.gateway.metrics_route import metrics_endpoint, read_queue_depth
 from executor.gateway.status import http_status
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,13 @@ class Gateway:
         self.secret = self.db.jwt_secret()
 
     async def rpc(self, request: Request) -> Response:
+        response = await self._rpc(request)
+        name = request.path_params["name"]
+        # Only known names as labels: a caller cannot grow the metric without bound.
+        metrics.gateway_request(name if name in self.catalog else "unknown", response.status_code)
+        return response
+
+    async def _rpc(self, request: Request) -> Response:
         try:
             identity = identify(request.headers.get("authorization"), self.secret)
         except AuthError as exc:
@@ -142,14 +151,16 @@ class Gateway:
             self.feed.unsubscribe(session_id, changed)
 
 
-def create_app(dsn: str, html_dir: Path) -> Starlette:
+def create_app(dsn: str, html_dir: Path, metrics_interval_s: float = 5.0) -> Starlette:
     gateway = Gateway(GatewayDatabase(dsn), ChangeFeed(dsn))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(gateway.load)
         gateway.feed.start()
+        queue_depth = asyncio.create_task(read_queue_depth(gateway.db, metrics_interval_s))
         yield
+        queue_depth.cancel()
         gateway.feed.stop()
         gateway.db.close()
 
@@ -161,6 +172,7 @@ def create_app(dsn: str, html_dir: Path) -> Starlette:
     return Starlette(
         routes=[
             Route("/rpc/{name:str}", gateway.rpc, methods=["GET", "POST"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
             Mount("/", StaticFiles(directory=html_dir, html=True)),
         ],
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)],

@@ -22,7 +22,7 @@ PASSWORD = "correct horse"
 TENANT_FUNCTIONS = (
     "create_session", "list_sessions", "submit_command", "latest_output", "latest_output_html",
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
-    "fork_session", "replay_session",
+    "fork_session", "replay_session", "replay_comparison", "output_timeline",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -35,10 +35,12 @@ EXECUTOR_CALLS = {
     "expire_leases": "SELECT * FROM shell.expire_leases()",
     "settle_worker": "SELECT * FROM shell.settle_worker('w', '{}')",
     "live_commands": "SELECT * FROM shell.live_commands(ARRAY[1]::bigint[])",
+    "queue_depth": "SELECT shell.queue_depth()",
 }
 ADMIN_CALLS = {
     "create_user": "SELECT shell.create_user('mallory', 'password123')",
     "set_user_quota": "SELECT * FROM shell.set_user_quota('alice', 1000, 1000, 1000)",
+    "usage_report": "SELECT * FROM shell.usage_report('mallory')",
 }
 # Definer helpers that would let a tenant act as someone else or forge a token.
 INTERNAL_CALLS = {
@@ -99,6 +101,8 @@ def api_call(name: str, session: str, command: int, start_id: int | None = None)
         "fork_session": ("SELECT shell_api.fork_session(%s)", (command,)),
         "replay_session": ("SELECT shell_api.replay_session(%s, %s)",
                            (session, command if start_id is None else start_id)),
+        "replay_comparison": ("SELECT * FROM shell_api.replay_comparison(%s)", (session,)),
+        "output_timeline": ("SELECT * FROM shell_api.output_timeline(%s)", (command,)),
     }[name]
 
 
@@ -253,7 +257,8 @@ def test_owner_cancel_fork_and_replay_work(db, world):
 # --- another tenant ----------------------------------------------------------
 
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
-                "session_changes_html", "session_cursor", "submit_command_html", "cancel_command", "fork_session", "replay_session")
+                "session_changes_html", "session_cursor", "submit_command_html", "cancel_command", "fork_session", "replay_session",
+                "replay_comparison", "output_timeline")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
@@ -266,7 +271,7 @@ def test_another_tenants_ids_look_exactly_like_nonexistent_ones(db, world, name)
     # A nonexistent session (replay: and command) must give the same answer.
     missing = error_of(mallory, *api_call(name, str(uuid.uuid4()), missing_command))
     assert row_counts(db) == before
-    expected = "command not found" if name in ("cancel_command", "fork_session") else "session not found"
+    expected = "command not found" if name in ("cancel_command", "fork_session", "output_timeline") else "session not found"
     for exc in (foreign, missing):
         assert exc.pgcode == "22023"
         assert exc.diag.message_primary == expected

@@ -1,0 +1,87 @@
+"""Prometheus metrics: what the executor and the gateway count, each in its
+own registry (a process serves only its own on /metrics), and the few
+helpers that update them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import PlatformCollector, ProcessCollector
+
+EXECUTOR = CollectorRegistry()
+GATEWAY = CollectorRegistry()
+for _registry in (EXECUTOR, GATEWAY):
+    ProcessCollector(registry=_registry)
+    PlatformCollector(registry=_registry)
+
+# Claim to start is mostly container creation; a run is whatever the tenant typed.
+_START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+_RUN_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
+
+# -- the executor -----------------------------------------------------------------
+
+COMMANDS_COMPLETED = Counter(
+    "pg_shell_commands_completed", "Commands this executor ended, by final status and reason",
+    ["status", "reason"], registry=EXECUTOR)
+CLAIM_TO_START = Histogram(
+    "pg_shell_command_claim_to_start_seconds", "From claiming a command to its container running",
+    buckets=_START_BUCKETS, registry=EXECUTOR)
+RUN_TIME = Histogram(
+    "pg_shell_command_run_seconds", "How long commands ran in their containers",
+    buckets=_RUN_BUCKETS, registry=EXECUTOR)
+OUTPUT_BYTES = Counter(
+    "pg_shell_output_bytes", "Output bytes (UTF-8) stored for commands", registry=EXECUTOR)
+CONTAINER_START_FAILURES = Counter(
+    "pg_shell_container_start_failures", "Commands whose container could not be started",
+    registry=EXECUTOR)
+RUNNING = Gauge(
+    "pg_shell_commands_running", "Commands running in containers of this executor now",
+    registry=EXECUTOR)
+QUEUE_DEPTH = Gauge(
+    "pg_shell_queue_depth", "Pending commands of all tenants, as last read from the database",
+    registry=EXECUTOR)
+TENANT_COMMANDS = Counter(
+    "pg_shell_tenant_commands", "Commands this executor ended, by user id", ["user_id"],
+    registry=EXECUTOR)
+TENANT_RUN_SECONDS = Counter(
+    "pg_shell_tenant_run_seconds", "Seconds commands ran in containers, by user id", ["user_id"],
+    registry=EXECUTOR)
+
+# -- the gateway -------------------------------------------------------------------
+
+GATEWAY_REQUESTS = Counter(
+    "pg_shell_gateway_requests", "Calls of /rpc/<function>, by function and HTTP status",
+    ["function", "status"], registry=GATEWAY)
+GATEWAY_QUEUE_DEPTH = Gauge(
+    "pg_shell_queue_depth", "Pending commands of all tenants, as last read from the database",
+    registry=GATEWAY)
+
+
+def reason_label(reason: str | None) -> str:
+    """A bounded label: engine errors carry the engine's message after a colon."""
+    return (reason or "none").split(":", 1)[0].strip() or "none"
+
+
+def command_started(seconds_since_claim: float) -> None:
+    CLAIM_TO_START.observe(max(0.0, seconds_since_claim))
+
+
+def command_completed(user_id: str, status: str, reason: str | None, duration_ms: int | None) -> None:
+    COMMANDS_COMPLETED.labels(status, reason_label(reason)).inc()
+    TENANT_COMMANDS.labels(str(user_id)).inc()
+    if duration_ms is not None:
+        RUN_TIME.observe(duration_ms / 1000)
+        TENANT_RUN_SECONDS.labels(str(user_id)).inc(duration_ms / 1000)
+
+
+def counting_output(flush: Callable[[int, str], None]) -> Callable[[int, str], None]:
+    """``flush`` (seq, text), counting the bytes of each chunk it stored."""
+    def counted(seq: int, data: str) -> None:
+        flush(seq, data)
+        OUTPUT_BYTES.inc(len(data.encode("utf-8")))
+    return counted
+
+
+def gateway_request(function: str, status: int) -> None:
+    GATEWAY_REQUESTS.labels(function, str(status)).inc()
