@@ -250,8 +250,8 @@ def test_a_sessions_env_reaches_only_its_containers(make_daemon, make_shell):
 
 def test_a_rootful_engine_is_refused_unless_allowed(executor_env, docker_client):
     options = docker_client.info().get("SecurityOptions") or []
-    if any("name=rootless" in o or "name=userns" in o for o in options):
-        pytest.skip("this Docker engine is not rootful")
+    require(not any("name=rootless" in o or "name=userns" in o for o in options),
+            "a rootful Docker engine (this test checks that one is refused)")
     env = {k: v for k, v in executor_env.items() if k != "PG_SHELL_ALLOW_ROOTFUL"}
     done = run_cli(env)
     assert done.returncode != 0
@@ -413,8 +413,7 @@ def restart_dockerd(pid: int) -> None:
 
 def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client):
     pid = local_dockerd()
-    if pid is None:
-        pytest.skip("no local root dockerd started as ops/docker-engine does; cannot restart the engine")
+    require(pid is not None, "a local root dockerd started as ops/docker-engine does (to restart it)")
     daemon = make_daemon(PG_SHELL_REAP_INTERVAL_S="1").start()
     worker_id = daemon.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo started; sleep 60")

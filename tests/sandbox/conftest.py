@@ -24,6 +24,8 @@ import docker
 import docker.errors
 import pytest
 
+from tests.conftest import require
+
 from executor.sandbox import Limits, RunRequest, RunResult, Sandbox
 from executor.sandbox.spec import LABEL_WORKER
 from executor.sandbox.volumes import SESSION_LABEL
@@ -41,19 +43,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.docker)
 
 
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true: {why} (a missing service is a failure in CI, not a skip)")
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[docker.DockerClient]:
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as exc:  # any failure to talk to the engine
-        _unavailable(f"no Docker engine answers: {exc}")
+    except Exception:  # any failure to talk to the engine
+        client = None
+    require(client is not None, "a Docker engine")
     yield client
     _cleanup(client)
     client.close()
@@ -90,16 +87,8 @@ _state_dirs: list[str] = []
 
 
 @pytest.fixture(scope="session")
-def image(docker_client: docker.DockerClient) -> str:
-    ref = os.environ.get("PG_SHELL_IMAGE")
-    if ref:
-        return docker_client.images.get(ref).id
-    done = subprocess.run(
-        [str(REPO / "ops" / "build-sandbox-image")], capture_output=True, text=True, timeout=900
-    )
-    if done.returncode != 0:
-        pytest.fail(f"ops/build-sandbox-image failed:\n{done.stderr[-4000:]}")
-    return done.stdout.strip().splitlines()[-1]
+def image(sandbox_image: str) -> str:
+    return sandbox_image
 
 
 def _quota_mode() -> str:
