@@ -281,9 +281,10 @@ class Sandbox:
             exc = exit_status["error"]
             raise _engine_error(exc, "wait for container", container_id) from exc
         exit_code = int(exit_status.get("StatusCode", -1))
-        # Only a SIGKILL can be the OOM killer, and only then is the
-        # container inspected: it costs a round trip on the critical path.
-        killed = exit_code in (EXIT_OOM, -1) and reason is None
+        # Only a death by signal can be the OOM killer (or the engine going
+        # away), and only then is the container inspected: it costs a round
+        # trip on the critical path.
+        killed = (exit_code >= 128 or exit_code < 0) and reason is None
         info = self._inspect(container_id) if killed or not req.image.startswith("sha256:") else {}
         if reason == "timeout":
             exit_code = EXIT_TIMEOUT
