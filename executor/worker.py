@@ -79,7 +79,10 @@ class Worker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._maintenance_done = threading.Event()
+        # New commands start on self.image: PG_SHELL_IMAGE's digest, or the
+        # image last promoted in the database (_follow_promotion).
         self.image = ""
+        self._promotion: tuple[str, str] | None = None  # (digest, promoted_at) last acted on
 
     def running(self) -> int:
         """Commands whose container is running now (a metric)."""
@@ -109,6 +112,7 @@ class Worker:
         self.image = self._sandbox.image_digest(self.settings.image)
         log.info("sandbox image %s is %s", self.settings.image, self.image)
         db = self._database("start-up")
+        self._follow_promotion(db)
         db.register_key(self._signer.public_key_hex, self.worker_id)
         log.info("worker %s signs results with key %s", self.worker_id, self._signer.key_id)
         # Containers this worker id left behind may have run even if they
@@ -201,13 +205,14 @@ class Worker:
             self._complete_unstarted(db, run, run.kill_reason or "cancelled")
             return
         started = threading.Event()
-        image = self._image_for(cmd)
+        default_image = self.image  # a promotion meanwhile applies to the next command
+        image = self._image_for(cmd, default_image)
 
         def on_started(container_id: str) -> None:
             db.mark_started(cmd, self.worker_id, container_id, image)
             run.started_at = utc_now()
             metrics.command_started(time.monotonic() - run.claimed_monotonic)
-            if cmd.image_digest and cmd.image_digest != self.image == image:
+            if cmd.image_digest and cmd.image_digest != default_image == image:
                 # A replay whose original's image is gone says so in its output.
                 writer.write(f"[pg-shell: image {cmd.image_digest} no longer exists; ran on {image}]\n")
             started.set()
@@ -286,14 +291,37 @@ class Worker:
                     signature=self._signer.sign(record), key_id=self._signer.key_id)
         metrics.command_completed(cmd.user_id, status, reason, duration_ms)
 
-    def _image_for(self, cmd: ClaimedCommand) -> str:
+    def _image_for(self, cmd: ClaimedCommand, default_image: str) -> str:
         """A replay runs on its original's image while that image exists."""
-        if cmd.image_digest and cmd.image_digest != self.image:
+        if cmd.image_digest and cmd.image_digest != default_image:
             try:
                 return self._sandbox.image_digest(cmd.image_digest)
             except ImageNotFound:
-                log.info("command_id=%s: image %s is gone, using %s", cmd.command_id, cmd.image_digest, self.image)
-        return self.image
+                log.info("command_id=%s: image %s is gone, using %s", cmd.command_id, cmd.image_digest,
+                         default_image)
+        return default_image
+
+    def _follow_promotion(self, db: ExecutorDatabase) -> None:
+        """Switches new commands to the image promoted in the database (one
+        row read per round; the engine is asked only when it changed).
+        Running commands finish on the image they started on. A promoted
+        image this engine lacks is logged once and the old one kept;
+        promoting it again after loading it here retries."""
+        promotion = db.current_image()
+        if promotion is None or promotion == self._promotion:
+            return
+        digest = promotion[0]
+        try:
+            resolved = self._sandbox.image_digest(digest) if digest != self.image else digest
+        except ImageNotFound:
+            self._promotion = promotion
+            log.error("promoted image %s does not exist on this engine: new commands keep running on %s",
+                      digest, self.image)
+            return
+        self._promotion = promotion
+        if resolved != self.image:
+            log.info("image %s promoted: new commands run on it (was %s)", resolved, self.image)
+            self.image = resolved
 
     def _remove(self, container_id: str) -> None:
         try:
@@ -309,6 +337,7 @@ class Worker:
         while not self._maintenance_done.wait(self.settings.heartbeat_interval_s):
             try:
                 self._heartbeat(db)
+                self._follow_promotion(db)
                 now = time.monotonic()
                 if now - last_expiry >= self.settings.lease_s / 2:
                     for row in db.expire_leases():

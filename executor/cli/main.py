@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from executor.cli import admin, audit, cleanup, client, play, serve, usage
+from executor.cli import admin, audit, cleanup, client, image, play, serve, usage
 from executor.config import load_settings
 from executor.errors import ApiError, DatabaseError, PgShellError
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.register(commands)
     play.register(commands)
     usage.register(commands)
+    image.register(commands)
     return parser
 
 

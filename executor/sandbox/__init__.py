@@ -14,18 +14,22 @@ from .errors import (
     SandboxError,
     VolumeError,
 )
+from .images import DEFAULT_REPOSITORY, EngineImage, Images, repository_of
 from .model import Limits, RunRequest, RunResult
 from .runner import Sandbox
 from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_SESSION, LABEL_WORKER
 
 __all__ = [
+    "DEFAULT_REPOSITORY",
     "LABEL_COMMAND",
     "LABEL_SCOPE",
     "LABEL_SESSION",
     "LABEL_WORKER",
     "ContainerFailed",
+    "EngineImage",
     "EngineUnavailable",
     "ImageNotFound",
+    "Images",
     "InvalidSessionId",
     "Limits",
     "RunRequest",
@@ -33,4 +37,5 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "VolumeError",
+    "repository_of",
 ]

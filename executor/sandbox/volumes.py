@@ -29,6 +29,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+import requests.exceptions
 
 from .errors import EngineUnavailable, InvalidSessionId, VolumeError
 
@@ -38,6 +39,9 @@ SESSION_LABEL = "pg-shell.session-id"
 # file name, so nothing else (no "/", no leading ".") is accepted.
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 DEFAULT_STATE_DIR = "/var/lib/pg-shell/volumes"
+# An engine that went away (its socket is missing while dockerd restarts)
+# raises requests' errors, not docker's: both mean "unreachable, retry".
+UNREACHABLE = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 
@@ -77,7 +81,9 @@ class PlainVolumes:
                 self._client.volumes.create(name, driver="local", labels={SESSION_LABEL: session_id})
             except docker.errors.APIError as exc:
                 raise VolumeError(f"cannot create volume {name}: {exc}") from exc
-        except docker.errors.DockerException as exc:
+            except UNREACHABLE as exc:
+                raise EngineUnavailable(str(exc)) from exc
+        except UNREACHABLE as exc:
             raise EngineUnavailable(str(exc)) from exc
         return name
 
@@ -85,7 +91,7 @@ class PlainVolumes:
         """Sessions that have a volume on this engine."""
         try:
             volumes = self._client.volumes.list(filters={"label": SESSION_LABEL})
-        except docker.errors.DockerException as exc:
+        except UNREACHABLE as exc:
             raise EngineUnavailable(str(exc)) from exc
         names = (v.name for v in volumes)
         return [n[len(VOLUME_PREFIX):] for n in names if n.startswith(VOLUME_PREFIX)]
@@ -224,7 +230,7 @@ class LoopVolumes:
             )
         except docker.errors.APIError as exc:
             raise VolumeError(f"cannot prepare volume {name} on {loop}: {exc}") from exc
-        except docker.errors.DockerException as exc:
+        except UNREACHABLE as exc:
             raise EngineUnavailable(str(exc)) from exc
 
 
@@ -235,5 +241,5 @@ def _remove_volume(client: docker.DockerClient, name: str) -> None:
         return
     except docker.errors.APIError as exc:
         raise VolumeError(f"cannot remove volume {name}: {exc}") from exc
-    except docker.errors.DockerException as exc:
+    except UNREACHABLE as exc:
         raise EngineUnavailable(str(exc)) from exc

@@ -2,8 +2,7 @@
 -- Reads are invoker functions filtered by row-level security; writes are
 -- definer functions that check ownership themselves.
 
--- PostgREST answers a function returning this domain as a raw HTML body.
-CREATE DOMAIN shell_api."text/html" AS text;
+-- The HTML forms of these functions (for the web UI) are in 0006.
 
 CREATE FUNCTION shell.session_not_found() RETURNS void
 LANGUAGE plpgsql SET search_path = '' AS $$
@@ -223,36 +222,6 @@ BEGIN
           ORDER BY c.change_seq LIMIT p_limit) page
     ORDER BY page.id;
 END
-$$;
-
-CREATE FUNCTION shell.html_escape(t text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
-    SELECT replace(replace(replace(replace(replace(coalesce(t, ''),
-        '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
-$$;
-
-CREATE FUNCTION shell.command_html(
-    p_id bigint, p_command text, p_output text, p_exit_code integer, p_status text
-) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
-    SELECT format(
-        '<div class="cmd" id="cmd-%s" data-status="%s"><div class="line"><span class="prompt">$</span> <span class="text">%s</span></div><pre class="out">%s</pre><div class="meta">%s</div></div>',
-        p_id, shell.html_escape(p_status), shell.html_escape(p_command), shell.html_escape(p_output),
-        shell.html_escape(p_status || coalesce(' · exit ' || p_exit_code, '')))
-$$;
-
-CREATE FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20)
-RETURNS shell_api."text/html"
-LANGUAGE sql STABLE SET search_path = '' AS $$
-    SELECT coalesce(string_agg(shell.command_html(o.id, o.command, o.output, o.exit_code, o.status), E'\n' ORDER BY o.id), '')
-    FROM shell_api.latest_output(p_session_id, p_since_id, p_limit) o
-$$;
-
-CREATE FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text)
-RETURNS shell_api."text/html"
-LANGUAGE sql SET search_path = '' AS $$
-    SELECT shell.command_html(new.id, p_command, '', NULL, 'pending')
-    FROM (SELECT shell_api.submit_command(p_session_id, p_command) AS id) new
 $$;
 
 -- A pending command is cancelled at once; a claimed or running one is

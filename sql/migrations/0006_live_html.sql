@@ -1,5 +1,14 @@
 -- Live updates and the terminal's HTML.
 
+-- PostgREST answers a function returning this domain as a raw HTML body.
+CREATE DOMAIN shell_api."text/html" AS text;
+
+CREATE FUNCTION shell.html_escape(t text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+    SELECT replace(replace(replace(replace(replace(coalesce(t, ''),
+        '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
+$$;
+
 -- Every change to a session's commands bumps its lane's change_seq; tell
 -- listeners (the gateway's one LISTEN connection) which session changed.
 -- Identical notifications of one transaction are folded into one.
@@ -105,7 +114,7 @@ LANGUAGE sql STABLE SET search_path = '' AS $$
     JOIN shell.commands c ON c.id = ch.id
 $$;
 
-CREATE OR REPLACE FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint DEFAULT 0,
+CREATE FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint DEFAULT 0,
                                                         p_limit integer DEFAULT 20)
 RETURNS shell_api."text/html"
 LANGUAGE sql STABLE SET search_path = '' AS $$
@@ -114,7 +123,7 @@ LANGUAGE sql STABLE SET search_path = '' AS $$
     JOIN shell.commands c ON c.id = o.id
 $$;
 
-CREATE OR REPLACE FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text)
+CREATE FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text)
 RETURNS shell_api."text/html"
 LANGUAGE plpgsql SET search_path = '' AS $$
 DECLARE
@@ -124,4 +133,3 @@ BEGIN
 END
 $$;
 
-DROP FUNCTION shell.command_html(bigint, text, text, integer, text);

@@ -36,11 +36,14 @@ EXECUTOR_CALLS = {
     "settle_worker": "SELECT * FROM shell.settle_worker('w', '{}')",
     "live_commands": "SELECT * FROM shell.live_commands(ARRAY[1]::bigint[])",
     "queue_depth": "SELECT shell.queue_depth()",
+    "current_image": "SELECT * FROM shell.current_image()",
 }
 ADMIN_CALLS = {
     "create_user": "SELECT shell.create_user('mallory', 'password123')",
     "set_user_quota": "SELECT * FROM shell.set_user_quota('alice', 1000, 1000, 1000)",
     "usage_report": "SELECT * FROM shell.usage_report('mallory')",
+    "promote_image": "SELECT * FROM shell.promote_image('sha256:' || repeat('a', 64))",
+    "image_usage": "SELECT * FROM shell.image_usage()",
 }
 # Definer helpers that would let a tenant act as someone else or forge a token.
 INTERNAL_CALLS = {
@@ -439,7 +442,7 @@ def test_the_executor_cannot_call_the_tenant_api(db, world, name):
 
 
 @pytest.mark.parametrize("table", ["users", "sessions", "lanes", "commands", "output_chunks", "config",
-                                   "migrations"])
+                                   "migrations", "images"])
 def test_the_executor_cannot_read_tables(db, world, table):
     assert sqlstate(executor(db), f"SELECT * FROM shell.{table}") == (
         "42501", f"permission denied for table {table}")
