@@ -156,7 +156,7 @@ class Cleanup:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _is_uuid(text: str) -> bool:

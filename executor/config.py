@@ -4,8 +4,8 @@ validated when a command starts, never read at import time."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 import uuid
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError

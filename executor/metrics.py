@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client import PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 EXECUTOR = CollectorRegistry()
 GATEWAY = CollectorRegistry()

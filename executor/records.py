@@ -31,7 +31,7 @@ def canonical(obj: dict[str, Any]) -> str:
 
 
 def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def facts_of(row: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,14 @@ from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
 from executor.outcome import LEASE_LOST, SHUTDOWN, outcome_of
 from executor.output_writer import OutputWriter
 from executor.records import result_record, sha256_hex, utc_now
-from executor.sandbox import EngineUnavailable, ImageNotFound, Limits, RunRequest, Sandbox, SandboxError
+from executor.sandbox import (
+    EngineUnavailable,
+    ImageNotFound,
+    Limits,
+    RunRequest,
+    Sandbox,
+    SandboxError,
+)
 from executor.signing import Signer
 
 log = logging.getLogger(__name__)
@@ -191,7 +198,7 @@ class Worker:
             self._execute_with(db, run)
         except LeaseLost as exc:
             log.warning("command_id=%s: %s", run.claimed.command_id, exc)
-        except Exception:  # noqa: BLE001 - one command's failure never ends the worker
+        except Exception:
             log.exception("command_id=%s failed in the executor", run.claimed.command_id)
         finally:
             self._idle_dbs.put(db)

@@ -123,7 +123,7 @@ def remove_session_volumes(docker_client: Any, volumes_dir: str) -> None:
         volume = image.stem  # the image file is named after its volume
         try:
             docker_client.volumes.get(volume).remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone
+        except Exception:
             pass
         for loop in subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
                                    capture_output=True, text=True).stdout.split():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from executor.config import Settings
@@ -179,7 +179,7 @@ def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _iso(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat()
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
 def _text(value: Any) -> str | None:

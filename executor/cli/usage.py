@@ -45,11 +45,11 @@ def parse_since(text: str, now: datetime.datetime) -> datetime.datetime:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError as exc:
         raise PgShellError(f"--since {text!r}: give an age (30m, 12h, 1d, 2w) or an ISO time") from exc
-    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
 
 
 def cmd_usage(args: argparse.Namespace, settings: Settings) -> int:
-    since = parse_since(args.since, datetime.datetime.now(datetime.timezone.utc))
+    since = parse_since(args.since, datetime.datetime.now(datetime.UTC))
     rows = db_admin.usage_report(connect(settings.require_database_url()), args.consumer, since)
     if args.csv:
         writer = csv.DictWriter(sys.stdout, CSV_FIELDS, extrasaction="ignore", lineterminator="\n")

@@ -64,7 +64,7 @@ class ExecutorDatabase:
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:  # noqa: BLE001 - a broken connection may fail to close
+            except Exception:
                 pass
             self._conn = None
 

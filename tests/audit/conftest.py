@@ -103,7 +103,7 @@ def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client:
             if container.labels.get("pg-shell.worker-id") == env["PG_SHELL_WORKER_ID"]:
                 try:
                     container.remove(force=True)
-                except Exception:  # noqa: BLE001 - removed meanwhile (the daemon's remover)
+                except Exception:
                     pass
         remove_session_volumes(docker_client, volumes)
         query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

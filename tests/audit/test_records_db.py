@@ -10,7 +10,14 @@ from executor import audit
 from executor.db import audit as db_audit
 from executor.records import DATABASE_SIGNER, result_record, sha256_hex
 from executor.signing import Signer
-from tests.db.claim_support import Worker, command_row, expire_lease, new_tenant, raises_sqlstate, superuser
+from tests.db.claim_support import (
+    Worker,
+    command_row,
+    expire_lease,
+    new_tenant,
+    raises_sqlstate,
+    superuser,
+)
 from tests.support import one
 
 

@@ -59,9 +59,10 @@ def test_retention_removes_only_old_ended_commands_and_the_chain_still_verifies(
 
 
 def history_hash(history, command_id: int) -> str:
+    import os
+
     from executor.db.connection import connect, query
     from tests.conftest import with_database
-    import os
 
     conn = connect(with_database(os.environ["DATABASE_URL"], history.template))
     try:

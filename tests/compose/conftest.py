@@ -86,7 +86,7 @@ def compose_guard(docker_client: Any) -> Iterator[list[str]]:
     for session_id in sessions:
         try:
             docker_client.volumes.get(f"pg-shell-home-{session_id}").remove(force=True)
-        except Exception:  # noqa: BLE001 - never made, or already gone
+        except Exception:
             pass
 
 
@@ -103,6 +103,7 @@ def stack(compose_guard: list[str], docker_services: Any) -> Any:
 
     try:
         docker_services.wait_until_responsive(check=answers, timeout=180, pause=0.5)
-    except Exception as exc:  # noqa: BLE001 - show why, not only that it timed out
-        raise AssertionError(f"the gateway never answered: {exc}\n{compose('logs', '--tail', '50').stdout}")
+    except Exception as exc:
+        raise AssertionError(
+            f"the gateway never answered: {exc}\n{compose('logs', '--tail', '50').stdout}") from exc
     return docker_services

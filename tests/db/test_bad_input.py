@@ -7,7 +7,16 @@ import uuid
 import psycopg2
 import pytest
 
-from tests.db.api_helpers import admin, claim, error_of, row_counts, run, sqlstate, start, superuser_rows
+from tests.db.api_helpers import (
+    admin,
+    claim,
+    error_of,
+    row_counts,
+    run,
+    sqlstate,
+    start,
+    superuser_rows,
+)
 from tests.support import call, create_user, one, tenant
 
 MIB = 1048576

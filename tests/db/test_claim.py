@@ -18,11 +18,9 @@ from tests.db.claim_support import (
     expire_lease,
     new_tenant,
     raises_sqlstate,
-    set_quota,
     superuser,
 )
 from tests.support import call, executor
-
 
 # A lost command would keep the workers polling forever: fail instead.
 HANG_GUARD = pytest.mark.timeout(120)
@@ -38,7 +36,7 @@ def run_threads(targets: list, *, watcher=None) -> None:
     def guarded(fn, *args):
         try:
             fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as exc:
             errors.append(exc)
             stop.set()
 

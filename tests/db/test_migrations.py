@@ -186,7 +186,7 @@ def test_two_concurrent_migrates_both_succeed_and_apply_everything_once(empty_db
         try:
             start.wait()
             results.append(migrations.migrate(conn))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(c,)) for c in conns]

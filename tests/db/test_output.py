@@ -8,7 +8,16 @@ import json
 import pytest
 
 from tests.db.api_helpers import (
-    WORKER, append, claim, complete, listener, notifications, row_counts, run, sqlstate, start,
+    WORKER,
+    append,
+    claim,
+    complete,
+    listener,
+    notifications,
+    row_counts,
+    run,
+    sqlstate,
+    start,
     superuser_rows,
 )
 from tests.support import call, create_user, executor, one, tenant

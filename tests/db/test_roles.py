@@ -13,7 +13,12 @@ import psycopg2
 import pytest
 
 from tests.db.api_helpers import (
-    admin, error_of, row_counts, run, sqlstate, superuser_rows,
+    admin,
+    error_of,
+    row_counts,
+    run,
+    sqlstate,
+    superuser_rows,
 )
 from tests.support import call, connect_as, create_user, executor, one, tenant
 

@@ -14,7 +14,7 @@ from executor.cli.usage import parse_since
 from executor.errors import PgShellError
 from executor.metrics import reason_label
 
-NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -23,8 +23,8 @@ NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
     ("30m", NOW - datetime.timedelta(minutes=30)),
     ("2w", NOW - datetime.timedelta(weeks=2)),
     ("1.5h", NOW - datetime.timedelta(minutes=90)),
-    ("2030-01-01T00:00:00+02:00", datetime.datetime(2029, 12, 31, 22, tzinfo=datetime.timezone.utc)),
-    ("2030-01-01", datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)),
+    ("2030-01-01T00:00:00+02:00", datetime.datetime(2029, 12, 31, 22, tzinfo=datetime.UTC)),
+    ("2030-01-01", datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)),
 ])
 def test_since_is_an_age_or_an_iso_time(text, expected):
     assert parse_since(text, NOW) == expected

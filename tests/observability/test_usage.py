@@ -61,7 +61,7 @@ def test_usage_reports_per_user_and_each_run_only_what_ended_since_the_last(
     assert {name: picked(row) for name, row in billing.items()} == \
         {"alice": usage_of(alice, alice_ran + later), "bob": usage_of(bob, bob_ran)}
     # --since bounds a consumer's first run.
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    now = datetime.datetime.now(datetime.UTC).isoformat()
     assert report(cli, "--consumer", "fresh", "--since", now) == {}
 
 

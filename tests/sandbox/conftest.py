@@ -24,11 +24,10 @@ import docker
 import docker.errors
 import pytest
 
-from tests.conftest import require
-
 from executor.sandbox import Limits, RunRequest, RunResult, Sandbox
 from executor.sandbox.spec import LABEL_WORKER
 from executor.sandbox.volumes import SESSION_LABEL
+from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = f"pgtest-{secrets.token_hex(4)}"  # worker id, session ids, volume names

@@ -9,9 +9,9 @@ disk fills write a bounded amount (quota + 64 MiB at most).
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import json
 import secrets
 import shlex
 import socket
