@@ -161,6 +161,9 @@ class Worker:
             except DatabaseUnavailable as exc:
                 log.warning("cannot claim, database unavailable: %s", exc)
                 return
+            except Exception:
+                log.exception("claim failed; trying again next round")
+                return
             for command in claimed:
                 run = Run(command)
                 with self._runs_lock:
@@ -209,11 +212,19 @@ class Worker:
     def _execute_with(self, db: ExecutorDatabase, run: Run) -> None:
         cmd = run.claimed
         if run.cancel.is_set():
-            self._complete_unstarted(db, run, run.kill_reason or "cancelled")
+            if run.kill_reason != SHUTDOWN:  # on shutdown it goes back to its queue
+                self._complete_unstarted(db, run, run.kill_reason or "cancelled")
             return
+        created = threading.Event()
         started = threading.Event()
         default_image = self.image  # a promotion meanwhile applies to the next command
         image = self._image_for(cmd, default_image)
+
+        def on_created(container_id: str) -> None:
+            # Recorded before the start: if this executor vanishes now, the
+            # command may have run and must not be claimed again.
+            db.mark_created(cmd, self.worker_id, container_id)
+            created.set()
 
         def on_started(container_id: str) -> None:
             db.mark_started(cmd, self.worker_id, container_id, image)
@@ -231,7 +242,7 @@ class Worker:
                              worker_id=self.worker_id, command=cmd.command, cwd=cmd.cwd,
                              env=dict(cmd.env), image=image)
         try:
-            result = self._run_until_engine_answers(request, on_started, writer, run, started)
+            result = self._run_until_engine_answers(request, on_created, on_started, writer, run, created)
         except SandboxError as exc:
             writer.close()
             if started.is_set():
@@ -240,9 +251,10 @@ class Worker:
                 self._complete(db, run, status="failed", exit_code=None, reason=reason, truncated=False,
                                cwd=None, env=None, duration_ms=None, output_sha256=writer.output_sha256,
                                image_digest=image)
-            else:
+            elif created.is_set() or not self._stop.is_set():
                 metrics.CONTAINER_START_FAILURES.inc()
                 self._complete_unstarted(db, run, f"container failed to start: {exc}")
+            # else: the engine was away until shutdown; the drain releases it.
             return
         if result.state_note:
             writer.write(f"\n[pg-shell: {result.state_note}]\n")
@@ -256,20 +268,21 @@ class Worker:
                  cmd.command_id, end.status, end.exit_code, end.reason)
         self._remover.submit(self._remove, result.container_id)
 
-    def _run_until_engine_answers(self, request: RunRequest, on_started: Callable[[str], None],
-                                  writer: OutputWriter, run: Run, started: threading.Event):
-        """Runs the command; while the engine is unreachable and nothing has
-        started, waits and tries again (the lease is kept alive meanwhile)."""
+    def _run_until_engine_answers(self, request: RunRequest, on_created: Callable[[str], None],
+                                  on_started: Callable[[str], None], writer: OutputWriter, run: Run,
+                                  created: threading.Event):
+        """Runs the command; while the engine is unreachable and no container
+        was created, waits and tries again (the lease is kept alive meanwhile)."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, EngineUnavailable) and not started.is_set() and not run.cancel.is_set()),
+                lambda e: isinstance(e, EngineUnavailable) and not created.is_set() and not run.cancel.is_set()),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
             stop=tenacity.stop_when_event_set(self._stop),
             before_sleep=lambda s: log.warning("engine unavailable, command_id=%s waits: %s",
                                                request.command_id, s.outcome.exception() if s.outcome else ""),
             reraise=True,
         )
-        return retrying(self._sandbox.run, request, on_started, writer.write, run.cancel)
+        return retrying(self._sandbox.run, request, on_started, writer.write, run.cancel, on_created=on_created)
 
     def _complete_unstarted(self, db: ExecutorDatabase, run: Run, reason: str) -> None:
         status = "cancelled" if reason == "cancelled" else "failed"
@@ -353,10 +366,12 @@ class Worker:
                 if now - last_reap >= self.settings.reap_interval_s:
                     self._reap(db)
                     last_reap = now
-            except (PgShellError, SandboxError) as exc:
-                # An engine outage (the reaper) must not end this thread:
+            except PgShellError as exc:
+                # An outage (database or engine) must not end this thread:
                 # without it no lease is renewed and every command is lost.
                 log.warning("maintenance round failed, will retry: %s", exc)
+            except Exception:
+                log.exception("maintenance round failed, will retry")
 
     def _heartbeat(self, db: ExecutorDatabase) -> None:
         with self._runs_lock:
@@ -393,3 +408,13 @@ class Worker:
             for run in self._runs.values():
                 run.stop(SHUTDOWN)
         self._threads.shutdown(wait=True)
+        self._release_unstarted()
+
+    def _release_unstarted(self) -> None:
+        """Hands commands claimed but never started back to their queues at
+        once, instead of letting their leases run out."""
+        try:
+            for row in self._database("shutdown", persistent=False).settle_worker(self.worker_id, []):
+                log.info("released command_id=%s: %s", row["command_id"], row["status"])
+        except PgShellError as exc:
+            log.warning("could not release unstarted commands (their leases will expire): %s", exc)

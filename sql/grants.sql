@@ -57,6 +57,7 @@ GRANT USAGE ON SCHEMA shell TO shell_executor;
 GRANT EXECUTE ON FUNCTION
     shell.claim_commands(text, integer, integer),
     shell.heartbeat(text, bigint[], integer[], integer),
+    shell.mark_created(bigint, text, integer, text),
     shell.mark_started(bigint, text, integer, text, text),
     shell.append_output(bigint, text, integer, integer, text),
     shell.complete_command(bigint, text, integer, text, integer, text, boolean, text, jsonb, integer,
@@ -93,6 +94,6 @@ GRANT SELECT ON shell.users TO shell_admin;
 
 -- The gateway verifies tokens with the database's secret.
 GRANT USAGE ON SCHEMA shell TO shell_authenticator;
-GRANT EXECUTE ON FUNCTION shell.jwt_secret() TO shell_authenticator;
+GRANT EXECUTE ON FUNCTION shell.jwt_secret() TO shell_authenticator, shell_admin;
 -- … and exports the queue depth on /metrics.
 GRANT EXECUTE ON FUNCTION shell.queue_depth() TO shell_authenticator;

@@ -23,7 +23,7 @@ def set_quota(conn: Connection, username: str, sessions: int | None, running: in
 
 
 def jwt_secret(conn: Connection) -> str:
-    return str(query(conn, "SELECT shell.jwt_secret() AS s")[0]["s"])
+    return str(query(_as_admin(conn), "SELECT shell.jwt_secret() AS s")[0]["s"])
 
 
 def usage_report(conn: Connection, consumer: str, since: Any) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from executor.errors import DatabaseUnavailable
 log = logging.getLogger(__name__)
 API_SCHEMA = "shell_api"
 HTML_TYPE = 'shell_api."text/html"'
+STATEMENT_TIMEOUT = "10s"
 
 _CATALOG = """
 SELECT p.proname AS name,
@@ -63,25 +64,27 @@ class GatewayDatabase:
         with translated_errors():
             self._pool = psycopg2.pool.ThreadedConnectionPool(1, max_connections, dsn,
                                                               application_name="pg-shell-gateway")
-        self._dsn = dsn
+        # The pool raises when empty; requests wait for a connection instead.
+        self._slots = threading.BoundedSemaphore(max_connections)
 
     def close(self) -> None:
         self._pool.closeall()
 
     def _run(self, work: Callable[[Any], Any]) -> Any:
-        try:
-            conn = self._pool.getconn()
-        except psycopg2.Error as exc:
-            raise translate(exc) from exc
-        broken = False
-        try:
-            with conn, conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-                return work(cur)
-        except psycopg2.Error as exc:
-            broken = conn.closed != 0 or isinstance(exc, psycopg2.OperationalError)
-            raise translate(exc) from exc
-        finally:
-            self._pool.putconn(conn, close=broken)
+        with self._slots:
+            try:
+                conn = self._pool.getconn()
+            except psycopg2.Error as exc:
+                raise translate(exc) from exc
+            broken = False
+            try:
+                with conn, conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                    return work(cur)
+            except psycopg2.Error as exc:
+                broken = conn.closed != 0 or isinstance(exc, psycopg2.OperationalError)
+                raise translate(exc) from exc
+            finally:
+                self._pool.putconn(conn, close=broken)
 
     def catalog(self) -> dict[str, RpcFunction]:
         def read(cur: Any) -> dict[str, RpcFunction]:
@@ -117,8 +120,10 @@ class GatewayDatabase:
         values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
 
         def invoke(cur: Any) -> Any:
-            cur.execute("SELECT set_config('role', %s, true), set_config('request.jwt.claims', %s, true)",
-                        (role, json.dumps(claims) if claims is not None else ""))
+            # A tenant's request may not hold the database for long.
+            cur.execute("SELECT set_config('role', %s, true), set_config('request.jwt.claims', %s, true),"
+                        " set_config('statement_timeout', %s, true)",
+                        (role, json.dumps(claims) if claims is not None else "", STATEMENT_TIMEOUT))
             cur.execute(sql, values)
             rows = cur.fetchall()
             return [dict(r) for r in rows] if fn.returns_set else rows[0]["result"]

@@ -90,6 +90,10 @@ class ExecutorDatabase:
         )
         return {r["command_id"]: r["cancel_requested"] for r in rows}
 
+    def mark_created(self, cmd: ClaimedCommand, worker_id: str, container_id: str) -> None:
+        self.call("SELECT shell.mark_created(%s, %s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt, container_id))
+
     def mark_started(self, cmd: ClaimedCommand, worker_id: str, container_id: str, image_digest: str) -> None:
         self.call("SELECT shell.mark_started(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))

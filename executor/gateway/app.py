@@ -58,6 +58,14 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
+def _canonical_uuid(value: Any) -> str:
+    """The form NOTIFY payloads use (lowercase, hyphenated), or "" if none."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return ""
+
+
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body, default=_json_default), status, media_type="application/json")
 
@@ -131,7 +139,7 @@ class Gateway:
 
     async def _call(self, fn: RpcFunction, args: dict[str, Any], identity: Identity, prefer: str) -> Any:
         wait = _PREFER_WAIT.search(prefer)
-        session_id = str(args.get("p_session_id", ""))
+        session_id = _canonical_uuid(args.get("p_session_id"))
         if fn.name not in LONG_POLL or not wait or not session_id:
             return await run_in_threadpool(self.db.call, fn, args, identity.role, identity.claims)
         # Subscribe before reading, so a change between the read and the

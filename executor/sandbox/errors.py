@@ -6,12 +6,13 @@ chained with ``raise … from`` so the original stays in the traceback.
 
 from __future__ import annotations
 
+from executor.errors import PgShellError
 
-class SandboxError(Exception):
+
+class SandboxError(PgShellError):
     """The sandbox could not run a command.
 
-    Base of everything this package raises; the project's base error will
-    become its parent.
+    Base of everything this package raises.
     """
 
     default_message = "sandbox failure"

@@ -115,11 +115,20 @@ class Sandbox:
         on_started: OnStarted,
         on_output: OnOutput,
         cancel: threading.Event,
+        on_created: OnStarted = lambda _container_id: None,
     ) -> RunResult:
+        """``on_created`` runs after the container exists and before it
+        starts (the caller records that it may run); ``on_started`` once it
+        runs, before the command is sent."""
         nonce = secrets.token_hex(16)
         volume = self.volumes.volume_for(req.session_id)
         container_id = self._create(req, volume, nonce)
         raw: socket.socket | None = None
+        try:
+            on_created(container_id)
+        except BaseException:
+            self.remove_container(container_id)
+            raise
         try:
             sock = self._api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -131,7 +140,7 @@ class Sandbox:
         except ENGINE_ERRORS as exc:
             if raw is not None:
                 raw.close()
-            # The caller never saw this container; do not leak it.
+            # Never started (or we cannot tell): do not leak it.
             self.remove_container(container_id)
             raise _engine_error(exc, "start container", container_id) from exc
 

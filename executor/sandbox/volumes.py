@@ -2,7 +2,7 @@
 
 Two kinds, chosen by ``Sandbox(disk_quota=...)``:
 
-* "loop" (default, rootful engine): this kernel has no filesystem quotas, so
+* "loop" (default, rootful engine): volumes have no size limit of their own, so
   each session gets a fixed-size ext4 image file under ``state_dir``,
   attached to a loop device, and a Docker ``local`` volume with
   ``type=ext4, device=/dev/loopN``. The filesystem's size *is* the quota:

@@ -83,9 +83,14 @@ BEGIN
         -- One claimer at a time per user, so max_running holds under
         -- concurrency; a user being claimed elsewhere is simply skipped.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('shell.user:' || lane.user_id, 0));
-        CONTINUE WHEN (SELECT count(*) FROM shell.commands c
-                       WHERE c.user_id = lane.user_id AND c.status IN ('claimed', 'running'))
-                      >= (SELECT u.max_running FROM shell.users u WHERE u.id = lane.user_id);
+        IF (SELECT count(*) FROM shell.commands c
+            WHERE c.user_id = lane.user_id AND c.status IN ('claimed', 'running'))
+           >= (SELECT u.max_running FROM shell.users u WHERE u.id = lane.user_id) THEN
+            -- Behind the others: a tenant at its quota must not fill the
+            -- front of every scan and starve other tenants' sessions.
+            UPDATE shell.lanes l SET ready_since = now() WHERE l.session_id = lane.session_id;
+            CONTINUE;
+        END IF;
         SELECT c.id INTO head_id FROM shell.commands c
         WHERE c.session_id = lane.session_id AND c.status = 'pending'
         ORDER BY c.id LIMIT 1;
@@ -123,14 +128,36 @@ BEGIN
 END
 $$;
 
--- The container is running: from here on the command is never run again.
-CREATE FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer,
-                                   p_container_id text, p_image_digest text)
+-- The container exists and is about to start: from here on the command is
+-- treated as started (it may have run), so it is never claimed again.
+CREATE FUNCTION shell.mark_created(p_command_id bigint, p_worker_id text, p_attempt integer,
+                                   p_container_id text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
     lease record := shell.leased_command(p_command_id, p_worker_id, p_attempt, ARRAY['claimed']);
 BEGIN
+    UPDATE shell.commands c SET container_id = p_container_id, change_seq = lease.change
+    WHERE c.id = p_command_id;
+END
+$$;
+
+-- The container is running. Repeating the call for the same container (a
+-- retry whose first answer was lost) changes nothing.
+CREATE FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer,
+                                   p_container_id text, p_image_digest text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+DECLARE
+    lease record := shell.leased_command(p_command_id, p_worker_id, p_attempt, ARRAY['claimed', 'running']);
+    cmd shell.commands := lease.leased;
+BEGIN
+    IF cmd.status = 'running' THEN
+        IF cmd.container_id IS DISTINCT FROM p_container_id THEN
+            PERFORM shell.lease_lost(p_command_id, p_worker_id, p_attempt, cmd);
+        END IF;
+        RETURN;
+    END IF;
     UPDATE shell.commands c SET status = 'running', started_at = now(), container_id = p_container_id,
         image_digest = p_image_digest, change_seq = lease.change
     WHERE c.id = p_command_id;
@@ -210,7 +237,7 @@ BEGIN
        OR (p_only_if_expired AND current.lease_expires_at >= now()) THEN
         RETURN current.status;  -- settled or renewed meanwhile
     END IF;
-    IF current.status = 'claimed' AND NOT p_container_started AND current.attempts < 5 THEN
+    IF current.status = 'claimed' AND NOT (p_container_started OR current.container_id IS NOT NULL) AND current.attempts < 5 THEN
         UPDATE shell.commands c SET status = 'pending', worker_id = NULL, lease_expires_at = NULL,
             claimed_at = NULL, cwd_before = NULL, env_before = NULL, change_seq = seq
         WHERE c.id = current.id;
@@ -220,7 +247,7 @@ BEGIN
         RETURN 'pending';
     END IF;
     UPDATE shell.commands c SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
-        reason = CASE WHEN current.status = 'claimed' AND NOT p_container_started
+        reason = CASE WHEN current.status = 'claimed' AND NOT (p_container_started OR current.container_id IS NOT NULL)
                       THEN 'gave up after ' || current.attempts || ' attempts' ELSE p_reason END,
         cwd_after = current.cwd_before, env_after = current.env_before,
         output = shell.output_of(current), change_seq = seq

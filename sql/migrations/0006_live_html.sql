@@ -30,6 +30,7 @@ CREATE FUNCTION shell.ansi_html(t text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = '' AS $$
 DECLARE
     sgr constant text := E'\x1b\\[([0-9;]*)m';
+    other_escapes constant text := E'\x1b(\\[[0-9;?]*[ -/]*[@-~]|\\][^\x07\x1b]*(\x07|\x1b\\\\)?|.)?';
     parts text[];
     codes text[];
     html text := '';
@@ -47,10 +48,15 @@ BEGIN
     IF strpos(t, E'\x1b') = 0 THEN
         RETURN shell.html_escape(t);
     END IF;
+    -- Building the spans costs more than linear time: past 64 KiB the
+    -- output is shown without colours, so no output can tie up the server.
+    IF octet_length(t) > 65536 THEN
+        RETURN shell.html_escape(regexp_replace(t, other_escapes, '', 'g'));
+    END IF;
     parts := regexp_split_to_array(t, sgr);
     codes := ARRAY(SELECT m[1] FROM regexp_matches(t, sgr, 'g') AS m);
     FOR i IN 1 .. array_length(parts, 1) LOOP
-        segment := regexp_replace(parts[i], E'\x1b(\\[[0-9;?]*[ -/]*[@-~]|\\][^\x07\x1b]*(\x07|\x1b\\\\)?|.)?', '', 'g');
+        segment := regexp_replace(parts[i], other_escapes, '', 'g');
         IF segment <> '' THEN
             classes := concat_ws(' ', nullif(fg, ''), nullif(bg, ''), CASE WHEN bold THEN 'ansi-bold' END);
             html := html || CASE WHEN classes = '' THEN shell.html_escape(segment)

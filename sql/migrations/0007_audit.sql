@@ -208,7 +208,7 @@ BEGIN
        OR (p_only_if_expired AND current.lease_expires_at >= now()) THEN
         RETURN current.status;  -- settled or renewed meanwhile
     END IF;
-    IF current.status = 'claimed' AND NOT p_container_started AND current.attempts < 5 THEN
+    IF current.status = 'claimed' AND NOT (p_container_started OR current.container_id IS NOT NULL) AND current.attempts < 5 THEN
         UPDATE shell.commands c SET status = 'pending', worker_id = NULL, lease_expires_at = NULL,
             claimed_at = NULL, cwd_before = NULL, env_before = NULL, change_seq = seq
         WHERE c.id = current.id;
@@ -218,7 +218,7 @@ BEGIN
         RETURN 'pending';
     END IF;
     UPDATE shell.commands c SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
-        reason = CASE WHEN current.status = 'claimed' AND NOT p_container_started
+        reason = CASE WHEN current.status = 'claimed' AND NOT (p_container_started OR current.container_id IS NOT NULL)
                       THEN 'gave up after ' || current.attempts || ' attempts' ELSE p_reason END,
         cwd_after = current.cwd_before, env_after = current.env_before,
         output = shell.output_of(current), change_seq = seq

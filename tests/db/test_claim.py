@@ -598,3 +598,55 @@ def test_claim_refuses_invalid_worker_ids_limits_and_leases(db):
                  ("w", 1, 0), ("w", 1, 3601)]:
         with raises_sqlstate("22023"):
             call(conn, "SELECT * FROM shell.claim_commands(%s, %s, %s)", args)
+
+
+def test_a_command_whose_container_was_created_is_never_claimed_again(db):
+    # The container exists but mark_started never arrived (the executor
+    # died between create and start): it may have run, so expiry fails it.
+    alice = new_tenant(db, "alice")
+    sid = alice.session()
+    first, second = alice.submit(sid, "rm -rf data"), alice.submit(sid, "echo 2")
+    old, new = Worker(db, "old"), Worker(db, "new")
+    [c] = old.claim()
+    call(old.conn, "SELECT shell.mark_created(%s, %s, %s, %s)", (c.id, old.id, c.attempt, "ctr-x"))
+    su = superuser(db)
+    expire_lease(su, first)
+    assert new.expire_leases() == {first: "failed"}
+    row = command_row(su, first)
+    assert (row["status"], row["reason"], row["attempts"], row["container_id"]) == (
+        "failed", "executor lost", 1, "ctr-x")
+    assert [x.id for x in new.claim(limit=10)] == [second]
+
+
+def test_mark_started_repeated_for_the_same_container_is_a_no_op(db):
+    alice = new_tenant(db, "alice")
+    sid = alice.session()
+    alice.submit(sid, "echo 1")
+    worker = Worker(db, "w1")
+    [c] = worker.claim()
+    worker.start(c)
+    su = superuser(db)
+    started_at = command_row(su, c.id)["started_at"]
+    worker.start(c)  # a retry after a lost answer
+    assert (command_row(su, c.id)["status"], command_row(su, c.id)["started_at"]) == ("running", started_at)
+    with raises_sqlstate("55000", "lease lost"):
+        call(worker.conn, "SELECT shell.mark_started(%s, %s, %s, %s, %s)",
+             (c.id, worker.id, c.attempt, "another-container", "sha256:test"))
+
+
+def test_a_tenant_at_its_quota_does_not_starve_other_tenants(db):
+    # Many ready sessions of a tenant at max_running fill the front of the
+    # scan; skipping them moves them back, so another tenant's session is
+    # reached within a few claims.
+    hog = new_tenant(db, "hog", max_running=1, max_sessions=200, max_queued=200)
+    for _ in range(120):
+        hog.submit(hog.session(), "sleep 1")
+    other = new_tenant(db, "other")
+    wanted = other.submit(other.session(), "echo hi")
+    worker = Worker(db, "w1")
+    seen: list[int] = []
+    for _ in range(10):
+        seen += [c.id for c in worker.claim(limit=1)]
+        if wanted in seen:
+            break
+    assert wanted in seen
