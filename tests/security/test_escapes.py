@@ -307,16 +307,17 @@ def test_fork_bomb_ends_and_another_tenant_is_unaffected(make_daemon, make_shell
     daemon = make_daemon(PG_SHELL_TIMEOUT_S="5", PG_SHELL_PIDS="64").start()
     alice, bob = make_shell("alice"), make_shell("bob")
     started = time.monotonic()
-    bomb = alice.submit(":(){ :|:& };:")
+    # The bomb gets a few seconds to hit the pids limit: when the command
+    # ends, the entrypoint kills whatever it left running.
+    bomb = alice.submit(":(){ :|:& };:; sleep 3")
     calm = bob.submit("echo bob-$((6 * 7)); sleep 1; ls -A | wc -l; echo done")
     calm_row = bob.wait(calm, timeout=120)
     bomb_row = alice.wait(bomb, timeout=120)
     assert time.monotonic() - started < 120
     ok(calm_row)
     assert calm_row["output"] == "bob-42\n0\ndone\n"
-    # The pids limit makes forks fail; the bomb ends when the entrypoint
-    # (PID 1) returns, which takes every process of the container with it,
-    # or else at the deadline. Its session state is unchanged (the report,
+    # The pids limit makes forks fail; the bomb ends when the command does
+    # (the entrypoint, PID 1, kills what is left), or else at the deadline. Its session state is unchanged (the report,
     # when it got through, adds at most the default PATH and LANG).
     assert (bomb_row["status"], bomb_row["reason"]) in (("done", None), ("failed", "timeout")), bomb_row
     assert "fork: retry: Resource temporarily unavailable" in bomb_row["output"]
