@@ -14,13 +14,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from executor.api_client import ApiClient
-from executor.cli.replay import replay_and_compare
+from executor.cli.replay import INTERRUPTED, LONG_POLL_S, TERMINAL, replay_and_compare
 from executor.config import Settings
 from executor.errors import ApiError, PgShellError
-
-TERMINAL = frozenset({"done", "failed", "cancelled"})
-LONG_POLL_S = 20
-INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
 
 
 class NotLoggedIn(PgShellError):

@@ -13,7 +13,7 @@ from executor.api_client import ApiClient
 
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 LONG_POLL_S = 20
-INTERRUPTED = 130
+INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
 DIFF_LINES = 12  # per differing command, so a table stays readable
 
 

@@ -57,6 +57,12 @@ def connect(dsn: str, *, role: str | None = None, application_name: str = "pg-sh
     return conn
 
 
+def as_admin(conn: Connection) -> Connection:
+    """The connection, now acting as shell_admin (operator commands)."""
+    query(conn, "SET ROLE shell_admin")
+    return conn
+
+
 def quote_ident(name: str, conn: Connection) -> str:
     return psycopg2.extensions.quote_ident(name, conn)
 

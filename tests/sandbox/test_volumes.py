@@ -9,9 +9,17 @@ import tempfile
 
 import pytest
 
+from tests.conftest import require
+
 QUOTA = 64 * 1024 * 1024
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loop-backed volumes need root")
+
+@pytest.fixture
+def as_root() -> None:
+    require(os.geteuid() == 0, "root (loop-backed volumes need losetup and mkfs)")
+
+
+needs_root = pytest.mark.usefixtures("as_root")
 
 
 @needs_root
