@@ -4,6 +4,8 @@ PostgREST and the executor do: SET ROLE plus request.jwt.claims."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg2
@@ -47,3 +49,13 @@ def one(conn: psycopg2.extensions.connection, sql: str, params: Any = None) -> A
     rows = call(conn, sql, params)
     assert len(rows) == 1, rows
     return next(iter(rows[0].values()))
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, every: float = 0.1) -> Any:
+    """``check()``'s first truthy value; the timeout only proves "it did not hang"."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} ({timeout}s)")
+        time.sleep(every)
+    return value

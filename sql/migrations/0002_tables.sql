@@ -39,7 +39,10 @@ CREATE TABLE shell.lanes (
     pending           integer NOT NULL DEFAULT 0 CHECK (pending >= 0),
     active_command_id bigint,
     ready_since       timestamptz,
-    change_seq        bigint NOT NULL DEFAULT 0
+    change_seq        bigint NOT NULL DEFAULT 0,
+    -- the session's result chain: its length and last hash
+    chain_seq         bigint NOT NULL DEFAULT 0,
+    chain_head        text NOT NULL DEFAULT repeat('0', 64)
 );
 -- Only sessions with claimable work are in this index: claiming costs the
 -- same however long the history is.
@@ -76,6 +79,13 @@ CREATE TABLE shell.commands (
     replay_run_id        uuid,
     replay_of_command_id bigint REFERENCES shell.commands (id),
     change_seq           bigint NOT NULL DEFAULT 0,
+    -- the command's link in its session's result chain (0004_result_chain)
+    result_record        text,
+    signature            text,
+    key_id               text,
+    chain_seq            bigint,
+    chain_prev           text,
+    chain_hash           text,
     CONSTRAINT commands_active_has_lease CHECK (
         status NOT IN ('claimed', 'running')
         OR (worker_id IS NOT NULL AND lease_expires_at IS NOT NULL AND claimed_at IS NOT NULL)),
@@ -128,3 +138,32 @@ ALTER TABLE shell.lanes ENABLE ROW LEVEL SECURITY;
 ALTER TABLE shell.commands ENABLE ROW LEVEL SECURITY;
 ALTER TABLE shell.output_chunks ENABLE ROW LEVEL SECURITY;
 ALTER TABLE shell.config ENABLE ROW LEVEL SECURITY;
+
+-- The tamper-evident history (0004_result_chain).
+CREATE TABLE shell.signing_keys (
+    key_id        text PRIMARY KEY CHECK (key_id ~ '^[0-9a-f]{16}$'),
+    public_key    text NOT NULL UNIQUE CHECK (public_key ~ '^[0-9a-f]{64}$'),
+    worker_id     text,
+    registered_at timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE shell.signing_keys ENABLE ROW LEVEL SECURITY;
+
+-- Verification and retention walk a session's chain in order.
+CREATE UNIQUE INDEX commands_session_chain ON shell.commands (session_id, chain_seq)
+    WHERE chain_seq IS NOT NULL;
+
+-- Where a session's chain resumes after retention removed its oldest links:
+-- the hash of the last removed link, and how many links were removed in all
+-- (links below chain_seq that are still present were kept on purpose: see
+-- shell.retention_plan). Signed by the cleanup agent like a result record.
+CREATE TABLE shell.chain_checkpoints (
+    session_id uuid PRIMARY KEY REFERENCES shell.sessions (id),
+    chain_seq  bigint NOT NULL CHECK (chain_seq > 0),
+    chain_hash text NOT NULL,
+    removed    bigint NOT NULL CHECK (removed > 0),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    record     text NOT NULL,
+    signature  text,
+    key_id     text
+);
+ALTER TABLE shell.chain_checkpoints ENABLE ROW LEVEL SECURITY;

@@ -11,7 +11,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import psycopg2
 import pytest
 
+from tests import support
 from tests.fixtures_stack import REPO, Daemon, Gateway
 from tests.support import call, create_user
 
@@ -76,13 +76,8 @@ def commands(db: str) -> list[dict[str, Any]]:
         conn.close()
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = HANG) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return value
+def wait_for(what: str, check: Callable[[], Any]) -> Any:
+    return support.wait_for(what, check, timeout=HANG)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from executor.db import migrations
 from executor.db.connection import connect
 from tests.conftest import require
 from tests.executor.conftest import REPO, Shell
-from tests.support import create_user, tenant
+from tests.support import create_user, tenant, wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 HANG = 120  # seconds: a bound that only proves "it did not hang"
@@ -43,17 +43,6 @@ def containers(docker_client: Any, command_id: int, worker_id: str) -> list[Any]
     """The containers of one command of one worker (ids repeat across test databases)."""
     return docker_client.containers.list(all=True, filters={"label": [
         f"pg-shell.command-id={command_id}", f"pg-shell.worker-id={worker_id}"]})
-
-
-def wait_until(what: str, check, timeout: float = HANG, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(every)
 
 
 def run_cli(env: dict[str, str], timeout: float = HANG) -> subprocess.CompletedProcess[str]:
@@ -136,7 +125,7 @@ def test_kill_9_without_a_stable_worker_id_fails_on_lease_expiry_and_reaps(make_
     assert (row["status"], row["reason"]) == ("failed", "executor lost")
     assert row["output"].startswith("started\n")
     assert row["worker_id"] == first_id  # settled, not re-claimed by the new worker
-    wait_until("orphan container reaped", lambda: not containers(docker_client, cid, first_id))
+    wait_for("orphan container reaped", lambda: not containers(docker_client, cid, first_id))
     assert "removed leftover container" in second.log()
 
     row = shell.run("cat runs")
@@ -196,12 +185,12 @@ def test_systemd_notify_ready_watchdog_and_stopping(make_daemon):
     reader.start()
     try:
         daemon = make_daemon(NOTIFY_SOCKET=path).start()
-        wait_until("READY=1", lambda: "READY=1" in messages)
-        wait_until("WATCHDOG=1 repeated", lambda: messages.count("WATCHDOG=1") >= 3)
+        wait_for("READY=1", lambda: "READY=1" in messages)
+        wait_for("WATCHDOG=1 repeated", lambda: messages.count("WATCHDOG=1") >= 3)
         assert messages.index("READY=1") < messages.index("WATCHDOG=1")
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(timeout=HANG) == 0
-        wait_until("STOPPING=1", lambda: "STOPPING=1" in messages)
+        wait_for("STOPPING=1", lambda: "STOPPING=1" in messages)
         assert "READY=1" not in messages[messages.index("STOPPING=1"):]
     finally:
         done.set()
@@ -344,7 +333,7 @@ def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, 
 
     cluster.stop("fast")
     # The command finishes while the database is down; its result waits.
-    wait_until("container exited during the outage", lambda: any(
+    wait_for("container exited during the outage", lambda: any(
         c.status == "exited" for c in containers(docker_client, cid, worker_id)))
     time.sleep(2)
     assert daemon.proc.poll() is None
@@ -368,7 +357,7 @@ def reconnect(dsn: str, user_id: str):
         except psycopg2.OperationalError:
             return None
 
-    return wait_until("database back", attempt, every=0.5)
+    return wait_for("database back", attempt, every=0.5)
 
 
 # -- the Docker engine goes away (keep last: the engine is shared) ------------------------------
@@ -400,7 +389,7 @@ def restart_dockerd(pid: int) -> None:
     leave it running."""
     try:
         os.kill(pid, signal.SIGTERM)
-        wait_until("dockerd exited", lambda: not Path(f"/proc/{pid}").exists(), timeout=HANG, every=0.2)
+        wait_for("dockerd exited", lambda: not Path(f"/proc/{pid}").exists(), timeout=HANG, every=0.2)
     finally:
         for _ in range(3):
             started = subprocess.run([str(REPO / "ops" / "docker-engine")], timeout=HANG,
@@ -430,5 +419,5 @@ def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client)
     row = shell.run("cat runs", timeout=HANG)
     assert (row["status"], row["exit_code"], row["output"]) == ("done", 0, "ran\n")
     assert shell.command(cid)["attempts"] == 1
-    wait_until("leftover container reaped", lambda: not containers(docker_client, cid, worker_id))
+    wait_for("leftover container reaped", lambda: not containers(docker_client, cid, worker_id))
     assert daemon.proc.poll() is None

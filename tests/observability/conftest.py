@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,20 +14,11 @@ from typing import Any
 import pytest
 
 from tests.fixtures_stack import REPO, Daemon, Gateway, free_port
-from tests.support import call, create_user, one, tenant
+from tests.support import call, create_user, one, tenant, wait_for
 
 PASSWORD = "correct horse"
 TERMINAL = {"done", "failed", "cancelled"}
 HANG = 120  # seconds: only proves that something did not hang
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = HANG) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return value
 
 
 class Tenant:

@@ -2,7 +2,7 @@
 -- Reads are invoker functions filtered by row-level security; writes are
 -- definer functions that check ownership themselves.
 
--- The HTML forms of these functions (for the web UI) are in 0006.
+-- The HTML forms of these functions (for the web UI) are in 0007_live_html.
 
 CREATE FUNCTION shell.session_not_found() RETURNS void
 LANGUAGE plpgsql SET search_path = '' AS $$
@@ -240,6 +240,7 @@ BEGIN
         UPDATE shell.commands c SET status = 'cancelled', reason = 'cancelled', completed_at = now(),
             output = '', change_seq = seq
         WHERE c.id = p_command_id;
+        PERFORM shell.chain_result(p_command_id);
         UPDATE shell.lanes l SET pending = l.pending - 1 WHERE l.session_id = target.session_id;
         RETURN true;
     ELSIF target.status IN ('claimed', 'running') THEN

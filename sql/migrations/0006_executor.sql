@@ -185,11 +185,13 @@ $$;
 
 -- Ends a claimed or running command with its result and saves the shell
 -- state it left behind (already validated by the executor) as the
--- session's state.
+-- session's state. p_record is the executor's signed result record; it must
+-- agree with the other parameters and the stored output (22023 otherwise).
 CREATE FUNCTION shell.complete_command(
     p_command_id bigint, p_worker_id text, p_attempt integer,
     p_status text, p_exit_code integer, p_reason text, p_truncated boolean,
-    p_cwd text DEFAULT NULL, p_env jsonb DEFAULT NULL, p_duration_ms integer DEFAULT NULL
+    p_cwd text DEFAULT NULL, p_env jsonb DEFAULT NULL, p_duration_ms integer DEFAULT NULL,
+    p_record text DEFAULT NULL, p_signature text DEFAULT NULL, p_key_id text DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
@@ -211,6 +213,7 @@ BEGIN
         cwd_after = new_cwd, env_after = new_env, lease_expires_at = NULL,
         output = shell.output_of(cmd), change_seq = lease.change
     WHERE c.id = p_command_id;
+    PERFORM shell.chain_result(p_command_id, p_record, p_signature, p_key_id);
     UPDATE shell.sessions s SET cwd = new_cwd, env = new_env, last_active_at = now()
     WHERE s.id = cmd.session_id;
     UPDATE shell.lanes l SET active_command_id = NULL,
@@ -222,8 +225,8 @@ $$;
 -- Takes a command back from a worker: one whose container never started
 -- goes back to the head of its session's queue; one that started is failed,
 -- because shell commands are not idempotent.
-CREATE FUNCTION shell.release_command(p_command shell.commands, p_container_started boolean, p_reason text,
-                                      p_only_if_expired boolean)
+CREATE FUNCTION shell.release_command(p_command shell.commands, p_container_started boolean,
+                                                 p_reason text, p_only_if_expired boolean)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
 DECLARE
@@ -252,6 +255,7 @@ BEGIN
         cwd_after = current.cwd_before, env_after = current.env_before,
         output = shell.output_of(current), change_seq = seq
     WHERE c.id = current.id;
+    PERFORM shell.chain_result(current.id);
     UPDATE shell.lanes l SET active_command_id = NULL,
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = current.session_id;

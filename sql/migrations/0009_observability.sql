@@ -118,7 +118,7 @@ BEGIN
     WHERE a.pid <> pg_catalog.pg_backend_pid() AND a.datname = pg_catalog.current_database()
       AND a.xact_start IS NOT NULL;
     upper_bound := greatest(lower_bound, upper_bound);
-    -- Every terminal command is chained (0007_audit), so this range is read
+    -- Every terminal command is chained (0004_result_chain), so this range is read
     -- through commands_chained_completed.
     SELECT max(c.id) INTO last_id FROM shell.commands c
     WHERE c.chain_seq IS NOT NULL AND c.completed_at >= lower_bound AND c.completed_at < upper_bound
