@@ -4,31 +4,20 @@ status tells the truth, history is checked, and concurrent runs serialize."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from executor.db import migrations
+from executor.db import migrations, schema_snapshot
 from executor.db.connection import connect, query
 from executor.errors import MigrationError
 from tests.conftest import require, with_database
 
 VERSIONED, _ = migrations.discover()
 NAMES = [s.name for s in VERSIONED]
-
-
-def _pg_dump() -> str | None:
-    for candidate in (os.environ.get("PG_DUMP"), shutil.which("pg_dump"),
-                      "/usr/lib/postgresql/15/bin/pg_dump"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
 
 
 @pytest.fixture
@@ -52,7 +41,7 @@ def empty_db(admin_dsn: str) -> Iterator:
 def schema_dump(dsn: str) -> str:
     """The schema as pg_dump prints it (with privileges), minus comments and
     the per-run \\restrict key."""
-    pg_dump = _pg_dump()
+    pg_dump = schema_snapshot.pg_dump_binary()
     require(pg_dump is not None, "pg_dump")
     out = subprocess.run([pg_dump, "--schema-only", "--no-owner", f"--dbname={dsn}"],
                          check=True, capture_output=True, text=True).stdout
