@@ -88,8 +88,8 @@ class _HelpFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def _add(commands: argparse._SubParsersAction, name: str, summary: str, description: str,
-         examples: str) -> argparse.ArgumentParser:
+def add_command(commands: argparse._SubParsersAction, name: str, summary: str, description: str,
+                examples: str) -> argparse.ArgumentParser:
     return commands.add_parser(name, help=summary, description=description,
                                epilog="examples:\n" + examples, formatter_class=_HelpFormatter)
 
@@ -100,77 +100,77 @@ def _session_option(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    login = _add(commands, "login", "log in and save the token",
-                 "Log in to the pg_shell API at PG_SHELL_URL and save the token in "
-                 "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The password "
-                 "is read from stdin when it is not a terminal, else prompted for.",
-                 "  pg-shell login alice\n"
-                 "  echo \"$PASSWORD\" | pg-shell login alice\n"
-                 "  export PG_SHELL_TOKEN=$(pg-shell login alice --print-token)")
+    login = add_command(commands, "login", "log in and save the token",
+                        "Log in to the pg_shell API at PG_SHELL_URL and save the token in "
+                        "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The password "
+                        "is read from stdin when it is not a terminal, else prompted for.",
+                        "  pg-shell login alice\n"
+                        "  echo \"$PASSWORD\" | pg-shell login alice\n"
+                        "  export PG_SHELL_TOKEN=$(pg-shell login alice --print-token)")
     login.add_argument("username", nargs="?", metavar="USERNAME",
                        help="your user name (default: your local login name)")
     login.add_argument("--print-token", action="store_true",
                        help="print the token on stdout instead of saving it")
     login.set_defaults(handler=cmd_login)
 
-    sessions = _add(commands, "sessions", "list your sessions",
-                    "List your sessions, most recently active first.",
-                    "  pg-shell sessions\n  pg-shell sessions --json | jq -r '.[0].id'")
+    sessions = add_command(commands, "sessions", "list your sessions",
+                           "List your sessions, most recently active first.",
+                           "  pg-shell sessions\n  pg-shell sessions --json | jq -r '.[0].id'")
     sessions.add_argument("--json", action="store_true", help="print JSON")
     sessions.set_defaults(handler=cmd_sessions)
 
-    new = _add(commands, "new", "create a session and print its id",
-               "Create a session (its own home directory, cwd and environment) and print its id.",
-               "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)")
+    new = add_command(commands, "new", "create a session and print its id",
+                      "Create a session (its own home directory, cwd and environment) and print its id.",
+                      "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)")
     new.add_argument("name", nargs="?", metavar="NAME", help="a name to recognise it by")
     new.set_defaults(handler=cmd_new)
 
-    run = _add(commands, "run", "run a command and stream its output",
-               "Run COMMAND in a session and print its output as it arrives; exit with the "
-               "command's exit code. A command that fails (timeout, out of memory) or is cancelled "
-               "exits non-zero with the reason on stderr. Ctrl-C cancels the command (exit 130). "
-               "The words of COMMAND are joined by spaces and run by a shell in the sandbox, so "
-               "quote what your local shell would expand.",
-               "  pg-shell run ls -la\n  pg-shell run 'cd src && make 2>&1 | tail'\n"
-               "  pg-shell run --session 3f2c… 'echo $HOME'")
+    run = add_command(commands, "run", "run a command and stream its output",
+                      "Run COMMAND in a session and print its output as it arrives; exit with the "
+                      "command's exit code. A command that fails (timeout, out of memory) or is cancelled "
+                      "exits non-zero with the reason on stderr. Ctrl-C cancels the command (exit 130). "
+                      "The words of COMMAND are joined by spaces and run by a shell in the sandbox, so "
+                      "quote what your local shell would expand.",
+                      "  pg-shell run ls -la\n  pg-shell run 'cd src && make 2>&1 | tail'\n"
+                      "  pg-shell run --session 3f2c… 'echo $HOME'")
     _session_option(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...", help="the command line")
     run.set_defaults(handler=cmd_run)
 
-    tail = _add(commands, "tail", "show the last commands; -f follows new ones",
-                "Show the last commands of a session with their output; with -f, keep following: "
-                "new commands and their output appear as they run (Ctrl-C to stop).",
-                "  pg-shell tail\n  pg-shell tail -f -n 3")
+    tail = add_command(commands, "tail", "show the last commands; -f follows new ones",
+                       "Show the last commands of a session with their output; with -f, keep following: "
+                       "new commands and their output appear as they run (Ctrl-C to stop).",
+                       "  pg-shell tail\n  pg-shell tail -f -n 3")
     _session_option(tail)
     tail.add_argument("-n", "--lines", type=int, default=10, metavar="N",
                       help="how many of the last commands to show (default 10)")
     tail.add_argument("-f", "--follow", action="store_true", help="keep following new commands")
     tail.set_defaults(handler=cmd_tail)
 
-    cancel = _add(commands, "cancel", "cancel a command",
-                  "Cancel a command: a queued one is dropped, a running one is killed. Exits 1 "
-                  "if it had already ended.",
-                  "  pg-shell cancel 42")
+    cancel = add_command(commands, "cancel", "cancel a command",
+                         "Cancel a command: a queued one is dropped, a running one is killed. Exits 1 "
+                         "if it had already ended.",
+                         "  pg-shell cancel 42")
     cancel.add_argument("command_id", type=int, metavar="COMMAND_ID", help="the command's id")
     cancel.set_defaults(handler=cmd_cancel)
 
-    fork = _add(commands, "fork", "start a new session from after a command",
-                "Create a session whose cwd and environment are those right after COMMAND_ID "
-                "ran; print its id.",
-                "  pg-shell fork 42\n  export PG_SHELL_SESSION=$(pg-shell fork 42)")
+    fork = add_command(commands, "fork", "start a new session from after a command",
+                       "Create a session whose cwd and environment are those right after COMMAND_ID "
+                       "ran; print its id.",
+                       "  pg-shell fork 42\n  export PG_SHELL_SESSION=$(pg-shell fork 42)")
     fork.add_argument("command_id", type=int, metavar="COMMAND_ID", help="a command that has finished")
     fork.set_defaults(handler=cmd_fork)
 
-    replay = _add(commands, "replay", "re-run a session's commands from one on and compare",
-                  "Queue SESSION's commands from START_ID on again, in order, in a new session "
-                  "that starts from the state START_ID started from (the replay run). Progress "
-                  "(N/M commands done) goes to stderr; at the end a table compares each command's "
-                  "exit code and output with the original's (same/different, with a short diff). "
-                  "Exits 0 when every command matched, 1 otherwise. --no-wait only prints the run "
-                  "id (the new session's id: follow it with `pg-shell tail -f --session ID`).",
-                  "  pg-shell replay 3f2c… 40\n"
-                  "  pg-shell replay --json 3f2c… 40 | jq '.commands[] | select(.same | not)'\n"
-                  "  pg-shell replay --no-wait 3f2c… 40")
+    replay = add_command(commands, "replay", "re-run a session's commands from one on and compare",
+                         "Queue SESSION's commands from START_ID on again, in order, in a new session "
+                         "that starts from the state START_ID started from (the replay run). Progress "
+                         "(N/M commands done) goes to stderr; at the end a table compares each command's "
+                         "exit code and output with the original's (same/different, with a short diff). "
+                         "Exits 0 when every command matched, 1 otherwise. --no-wait only prints the run "
+                         "id (the new session's id: follow it with `pg-shell tail -f --session ID`).",
+                         "  pg-shell replay 3f2c… 40\n"
+                         "  pg-shell replay --json 3f2c… 40 | jq '.commands[] | select(.same | not)'\n"
+                         "  pg-shell replay --no-wait 3f2c… 40")
     replay.add_argument("session_id", metavar="SESSION", help="the session to replay")
     replay.add_argument("start_id", type=int, metavar="START_ID", help="the first command to replay")
     replay.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -178,10 +178,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="print the replay run id and exit, without waiting or comparing")
     replay.set_defaults(handler=cmd_replay)
 
-    history = _add(commands, "history", "list a session's commands",
-                   "List the last commands of a session, oldest first: id, status, exit code, "
-                   "when, command. --json adds the output.",
-                   "  pg-shell history\n  pg-shell history --limit 100 --json | jq '.[] | .exit_code'")
+    history = add_command(commands, "history", "list a session's commands",
+                          "List the last commands of a session, oldest first: id, status, exit code, "
+                          "when, command. --json adds the output.",
+                          "  pg-shell history\n  pg-shell history --limit 100 --json | jq '.[] | .exit_code'")
     _session_option(history)
     history.add_argument("--limit", type=int, default=20, metavar="N",
                          help="how many of the last commands (1-1000, default 20)")
