@@ -1,7 +1,7 @@
 """Browser fixtures: headless Chromium driven by Playwright, in front of the
 real gateway and executor daemon (the `daemon` and `gateway` fixtures of
 tests/fixtures_stack.py) on the test's fresh database. The page helper lives
-in tests/browser/stack.py so bench/ui can use it too."""
+in tests/browser/stack.py so bench.ui can use it too."""
 
 from __future__ import annotations
 

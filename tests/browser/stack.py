@@ -1,4 +1,4 @@
-"""What a browser test (and bench/ui) drives: Debian's Chromium and the
+"""What a browser test (and bench.ui) drives: Debian's Chromium and the
 terminal page."""
 
 from __future__ import annotations

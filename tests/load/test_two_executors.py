@@ -2,21 +2,18 @@
 PG_SHELL_SCOPE) share one database and one engine and run 200 sessions x 10
 commands. Per-session order holds, nothing is lost, nothing runs twice, and
 both executors work. The figures are printed as JSON lines (pytest -s) and
-recorded as properties; they are never asserted (bench/many_hosts compares
+recorded as properties; they are never asserted (bench.many_hosts compares
 against one executor)."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import secrets
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures_stack import REPO
+from bench import many_hosts
 
 pytestmark = [pytest.mark.postgres, pytest.mark.docker]
 
@@ -26,22 +23,12 @@ SESSIONS, PER_SESSION = 200, 10
 CONCURRENCY = 3
 
 
-def bench_module():
-    loader = importlib.machinery.SourceFileLoader("bench_many_hosts", str(REPO / "bench" / "many_hosts"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # its dataclasses look their module up there
-    loader.exec_module(module)
-    return module
-
-
 @pytest.mark.timeout(900)
 def test_two_executors_share_the_work_keep_each_sessions_order_and_run_nothing_twice(
         db, sandbox_image, tmp_path: Path, record_property):
-    bench = bench_module()
-    result = bench.run_load(db, sandbox_image, executors=2, sessions=SESSIONS, per_session=PER_SESSION,
-                            concurrency=CONCURRENCY, work_dir=tmp_path,
-                            scope=f"pgtest-load-{secrets.token_hex(4)}", timeout_s=800)
+    result = many_hosts.run_load(db, sandbox_image, executors=2, sessions=SESSIONS,
+                                 per_session=PER_SESSION, concurrency=CONCURRENCY, work_dir=tmp_path,
+                                 scope=f"pgtest-load-{secrets.token_hex(4)}", timeout_s=800)
     for line in result.figures(concurrency_each=CONCURRENCY):
         print(json.dumps(line))
         record_property(line["metric"], line["value"])
@@ -64,4 +51,4 @@ def test_two_executors_share_the_work_keep_each_sessions_order_and_run_nothing_t
             assert before["completed_at"] <= after["started_at"] < after["completed_at"], session_id
     assert sum(result.per_worker.values()) == SESSIONS * PER_SESSION
     assert all(n > 0 for n in result.per_worker.values()), result.per_worker
-    assert bench.problems(result) == []
+    assert many_hosts.problems(result) == []

@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHES = sorted(str(p) for p in (REPO / "bench").iterdir() if p.is_file())
 
 
 def test_ruff_finds_nothing():
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "executor", "tests", *BENCHES],
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "executor", "tests", "bench"],
                           cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The executor against a bare `docker run --rm` with the same image and the
 same hardening flags, measured side by side in one run:
 
@@ -15,56 +14,49 @@ same hardening flags, measured side by side in one run:
 It makes its own database (dropped at the end), a user, and runs
 `python -m executor.cli.main executor` as a subprocess. Prints one JSON
 object per line on stdout; progress goes to stderr.
+
+    .venv/bin/python -m bench.executor --runs 30
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import secrets
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common import (
+    TERMINAL,
+    ExecutorProcess,
+    Report,
+    add_dsn_option,
+    add_image_option,
+    create_user,
+    database_name,
+    executor_env,
+    image_id,
+    migrated_database,
+    remove_containers,
+    remove_quota_volumes,
+    require_dsn,
+    tenant_connection,
+)
+from bench.common import (
+    percentile_interpolated as pct,
+)
+from tests.support import call
 
-import psycopg2
-import psycopg2.extensions
-import psycopg2.extras
-
-from executor.db import migrations
-from executor.db.connection import connect, query
-
-BENCH = "executor"
 SANDBOX_USER = "1000:1000"
-TERMINAL = ("done", "failed", "cancelled")
 # The executor's defaults (executor/config.py), as docker run flags.
 MEMORY_MB, PIDS, CPUS, NOFILE, FSIZE_MB, TMPFS_MB = 256, 128, 1.0, 256, 64, 16
-
-
-def log(message: str) -> None:
-    print(f"[bench/executor {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def emit(metric: str, value: float, unit: str, **extra: object) -> None:
-    print(json.dumps({"bench": BENCH, "metric": metric, "value": round(value, 4), "unit": unit, **extra}),
-          flush=True)
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+REPORT = Report("executor")
+log, emit = REPORT.log, REPORT.emit_figure
 
 
 def reference_argv(image: str, command: str) -> list[str]:
@@ -95,17 +87,15 @@ class Tenant:
     """The bench user's connection, acting as PostgREST would."""
 
     def __init__(self, dsn: str, user_id: str) -> None:
-        self.conn = psycopg2.connect(dsn)
-        self.conn.autocommit = True
-        with self.conn.cursor() as cur:
-            cur.execute("SET ROLE shell_user")
-            cur.execute("SELECT set_config('request.jwt.claims', %s, false)",
-                        (json.dumps({"sub": user_id, "role": "shell_user"}),))
+        self.conn = tenant_connection(dsn, user_id)
 
-    def one(self, sql: str, params: object = None) -> object:
+    def one(self, sql: str, params: object = None) -> Any:
+        # A plain cursor: this is the tight loop that waits for a command.
         with self.conn.cursor() as cur:
             cur.execute(sql, params)
-            return cur.fetchone()[0]
+            row = cur.fetchone()
+            assert row is not None
+            return row[0]
 
     def session(self) -> str:
         return str(self.one("SELECT shell_api.create_session('bench')"))
@@ -129,76 +119,18 @@ class Tenant:
         return int(self.one("SELECT count(*) FROM shell.commands WHERE id = ANY(%s) AND status <> ALL(%s)",
                             (ids, list(TERMINAL))))
 
-    def rows(self, ids: list[int]) -> list[dict]:
-        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            cur.execute("""SELECT id, status, output,
-                                  extract(epoch FROM claimed_at - submitted_at) * 1000 AS dispatch_ms,
-                                  extract(epoch FROM started_at - claimed_at) * 1000 AS start_ms,
-                                  extract(epoch FROM completed_at - started_at) * 1000 AS run_ms
-                           FROM shell.commands WHERE id = ANY(%s) ORDER BY id""", (ids,))
-            return [dict(r) for r in cur.fetchall()]
+    def rows(self, ids: list[int]) -> list[dict[str, Any]]:
+        return call(self.conn, """
+            SELECT id, status, output,
+                   extract(epoch FROM claimed_at - submitted_at) * 1000 AS dispatch_ms,
+                   extract(epoch FROM started_at - claimed_at) * 1000 AS start_ms,
+                   extract(epoch FROM completed_at - started_at) * 1000 AS run_ms
+            FROM shell.commands WHERE id = ANY(%s) ORDER BY id""", (ids,))
 
 
-class Daemon:
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, concurrency: int) -> None:
-        env = {**self.env, "PG_SHELL_CONCURRENCY": str(concurrency)}
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "executor"],
-                                         env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        deadline = time.monotonic() + 60
-        while "ready" not in self.log_path.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("executor did not start:\n" + self.log_path.read_text()[-3000:])
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def cpu_s(self) -> float:
-        """CPU time (user + system) of the executor and its reaped children."""
-        assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-    def rss_kib(self) -> int:
-        """VmRSS of the executor and all its descendants."""
-        assert self.proc is not None
-        total = 0
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-            except OSError:
-                pass
-        return total
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+def start_daemon(env: dict[str, str], log_path: Path, concurrency: int) -> ExecutorProcess:
+    daemon = ExecutorProcess(env, log_path).start(PG_SHELL_CONCURRENCY=str(concurrency))
+    return daemon.wait_ready(timeout=60)
 
 
 # -- the measurements ----------------------------------------------------------------
@@ -245,7 +177,7 @@ def latency(tenant: Tenant, image: str, runs: int) -> None:
     emit("started_to_completed_p50", statistics.median(float(r["run_ms"]) for r in rows), "ms", side="ours")
 
 
-def throughput(daemon: Daemon, tenant: Tenant, image: str, sessions: int, per_session: int,
+def throughput(daemon: ExecutorProcess, tenant: Tenant, image: str, sessions: int, per_session: int,
                concurrency: int) -> list[str]:
     total = sessions * per_session
     log(f"throughput: {sessions} sessions x {per_session} commands at concurrency {concurrency}")
@@ -284,7 +216,7 @@ def throughput(daemon: Daemon, tenant: Tenant, image: str, sessions: int, per_se
     return ids
 
 
-def memory(daemon: Daemon, tenant: Tenant, concurrency: int) -> None:
+def memory(daemon: ExecutorProcess, tenant: Tenant, concurrency: int) -> None:
     log(f"memory: VmRSS at concurrency {concurrency} while busy")
     sessions = [tenant.session() for _ in range(concurrency * 2)]
     for cid in [tenant.submit(s, "true") for s in sessions]:
@@ -307,76 +239,49 @@ def memory(daemon: Daemon, tenant: Tenant, concurrency: int) -> None:
 # -- set-up and clean-up ----------------------------------------------------------------
 
 
-def clean_engine(scope: str, worker_id: str, volumes_dir: str) -> None:
-    for label in (f"pg-shell.scope={scope}", f"pg-shell.worker-id={worker_id}", "pg-shell.bench=reference"):
-        ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"],
-                             capture_output=True, text=True, check=False).stdout.split()
-        if ids:
-            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
-    for image in Path(volumes_dir).glob("*.ext4"):
-        subprocess.run(["docker", "volume", "rm", "-f", image.stem], capture_output=True, check=False)
-        loops = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
-                               capture_output=True, text=True, check=False).stdout.split()
-        for loop in loops:
-            subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
-    shutil.rmtree(volumes_dir, ignore_errors=True)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="superuser DSN (default: DATABASE_URL)")
-    parser.add_argument("--image", default=os.environ.get("PG_SHELL_IMAGE", "pg-shell-sandbox:latest"))
+    parser = argparse.ArgumentParser(prog="python -m bench.executor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dsn_option(parser)
+    add_image_option(parser)
     parser.add_argument("--runs", type=int, default=30, help="latency runs per side (default 30)")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--per-session", type=int, default=10)
     args = parser.parse_args()
-    if not args.dsn:
-        parser.error("give --dsn or set DATABASE_URL")
+    admin_dsn = require_dsn(parser, args)
 
-    dbname = f"pgshell_bench_exec_{uuid.uuid4().hex[:8]}"
-    dsn = psycopg2.extensions.make_dsn(args.dsn, dbname=dbname)
     scope = f"bench-{secrets.token_hex(4)}"
     worker_id = f"bench-executor-{secrets.token_hex(4)}"
     volumes_dir = tempfile.mkdtemp(prefix="pgshell-bench-vol-", dir="/var/tmp")
     log_path = Path(tempfile.mkstemp(prefix="pgshell-bench-executor-", suffix=".log")[1])
-    admin = connect(args.dsn)
-    query(admin, f'CREATE DATABASE "{dbname}"')
-    daemon: Daemon | None = None
-    try:
-        conn = connect(dsn)
-        migrations.migrate(conn)
-        query(conn, "SET ROLE shell_admin")
-        user_id = str(query(conn, "SELECT shell.create_user('bench', %s) AS id", (secrets.token_hex(8),))[0]["id"])
-        query(conn, "SELECT * FROM shell.set_user_quota('bench', 1000, 64, 100000)")
-        conn.close()
-        tenant = Tenant(dsn, user_id)
+    daemon: ExecutorProcess | None = None
+    with migrated_database(admin_dsn, "pgshell_bench_exec") as dsn:
+        try:
+            user_id = create_user(dsn, "bench", secrets.token_hex(8), sessions=1000, running=64,
+                                  queued=100000)
+            user = Tenant(dsn, user_id)
+            image = image_id(args.image)
+            env = executor_env(dsn, image, {
+                "PG_SHELL_WORKER_ID": worker_id, "PG_SHELL_SCOPE": scope,
+                "PG_SHELL_VOLUMES_DIR": volumes_dir, "PG_SHELL_DISK_QUOTA_MB": "64"})
+            log(f"database {database_name(dsn)}, image {image[:19]}, executor log {log_path}")
 
-        image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", args.image],
-                                  capture_output=True, text=True, check=True).stdout.strip()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
-        env.update({"DATABASE_URL": dsn, "PG_SHELL_IMAGE": image_id, "PG_SHELL_ALLOW_ROOTFUL": "1",
-                    "PG_SHELL_WORKER_ID": worker_id, "PG_SHELL_SCOPE": scope,
-                    "PG_SHELL_VOLUMES_DIR": volumes_dir, "PG_SHELL_DISK_QUOTA_MB": "64"})
-        log(f"database {dbname}, image {image_id[:19]}, executor log {log_path}")
-
-        daemon = Daemon(env, log_path)
-        daemon.start(concurrency=4)
-        latency(tenant, image_id, args.runs)
-        throughput(daemon, tenant, image_id, args.sessions, args.per_session, concurrency=4)
-        daemon.stop()
-
-        daemon = Daemon(env, log_path)
-        daemon.start(concurrency=8)
-        memory(daemon, tenant, concurrency=8)
-        daemon.stop()
-        tenant.conn.close()
-    finally:
-        if daemon:
+            daemon = start_daemon(env, log_path, concurrency=4)
+            latency(user, image, args.runs)
+            throughput(daemon, user, image, args.sessions, args.per_session, concurrency=4)
             daemon.stop()
-        log("cleaning up")
-        clean_engine(scope, worker_id, volumes_dir)
-        query(admin, f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        admin.close()
+
+            daemon = start_daemon(env, log_path, concurrency=8)
+            memory(daemon, user, concurrency=8)
+            daemon.stop()
+            user.conn.close()
+        finally:
+            if daemon:
+                daemon.stop()
+            log("cleaning up")
+            remove_containers(f"pg-shell.scope={scope}", f"pg-shell.worker-id={worker_id}",
+                              "pg-shell.bench=reference")
+            remove_quota_volumes(volumes_dir)
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Many hosts: several executor processes (distinct PG_SHELL_WORKER_ID, one
 PG_SHELL_SCOPE) sharing one database and one engine, against a single
 executor, in the same run and with the same work:
@@ -12,7 +11,7 @@ executor ran what. Figures: commands/s over the whole run, p50/p99 of
 submit -> done (the database's clock; it includes queueing, since all work
 is submitted at once) and of started -> done.
 
-    bench/many_hosts --executors 2 --sessions 1000 --per-session 10
+    .venv/bin/python -m bench.many_hosts --executors 2 --sessions 1000 --per-session 10
 
 Each configuration gets its own database (dropped at the end). Prints one
 JSON object per line on stdout; progress goes to stderr. tests/load uses
@@ -23,90 +22,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common import (
+    TERMINAL,
+    ExecutorProcess,
+    Report,
+    add_dsn_option,
+    add_image_option,
+    create_user,
+    executor_env,
+    image_id,
+    migrated_database,
+    remove_containers,
+    require_dsn,
+    tenant_connection,
+)
+from bench.common import percentile_interpolated as pct
+from tests.support import call
 
-import psycopg2
-import psycopg2.extensions
-import psycopg2.extras
-
-BENCH = "many_hosts"
-TERMINAL = ("done", "failed", "cancelled")
-
-
-def log(message: str) -> None:
-    print(f"[bench/many_hosts {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def figure(metric: str, value: float, unit: str, **extra: object) -> dict[str, Any]:
-    return {"bench": BENCH, "metric": metric, "value": round(value, 4), "unit": unit, **extra}
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def connect_as(dsn: str, role: str, claims: dict[str, str] | None = None) -> Any:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"SET ROLE {role}")
-        if claims:
-            cur.execute("SELECT set_config('request.jwt.claims', %s, false)", (json.dumps(claims),))
-    return conn
-
-
-def rows_of(conn: Any, sql: str, params: Any = None) -> list[dict[str, Any]]:
-    with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-        cur.execute(sql, params)
-        return [dict(r) for r in cur.fetchall()] if cur.description else []
-
-
-class Executor:
-    """One `pg-shell executor` process: a host of its own, as far as the
-    database can tell."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env, self.log_path = env, log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Executor:
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "executor"],
-                                         env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        return self
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while " ready: " not in self.log_path.read_text(errors="replace"):
-            assert self.proc is not None
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("executor did not start:\n" + self.log_path.read_text()[-3000:])
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+REPORT = Report("many_hosts")
+log, figure = REPORT.log, REPORT.figure
 
 
 @dataclass
@@ -141,22 +84,15 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
              ) -> LoadResult:
     """Runs the load on the migrated database ``dsn`` (a superuser DSN) with
     ``executors`` executor processes; cleans up its containers and volumes."""
-    admin = connect_as(dsn, "shell_admin")
-    user_id = str(rows_of(admin, "SELECT shell.create_user(%s, 'load-test-password') AS id",
-                          (f"load-{secrets.token_hex(3)}",))[0]["id"])
-    username = rows_of(admin, "SELECT username FROM shell.users WHERE id = %s", (user_id,))[0]["username"]
     total = sessions * per_session
-    rows_of(admin, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s)",
-            (username, sessions, executors * concurrency, total))
-    admin.close()
-    tenant = connect_as(dsn, "shell_user", {"sub": user_id, "role": "shell_user"})
-    session_ids = [str(rows_of(tenant, "SELECT shell_api.create_session(%s) AS id", (f"load-{i}",))[0]["id"])
+    user_id = create_user(dsn, f"load-{secrets.token_hex(3)}", "load-test-password",
+                          sessions=sessions, running=executors * concurrency, queued=total)
+    tenant = tenant_connection(dsn, user_id)
+    session_ids = [str(call(tenant, "SELECT shell_api.create_session(%s) AS id", (f"load-{i}",))[0]["id"])
                    for i in range(sessions)]
 
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
-    base_env.update({
-        "DATABASE_URL": dsn, "PG_SHELL_IMAGE": image, "PG_SHELL_SCOPE": scope,
-        "PG_SHELL_ALLOW_ROOTFUL": "1", "PG_SHELL_CONCURRENCY": str(concurrency),
+    base_env = executor_env(dsn, image, {
+        "PG_SHELL_SCOPE": scope, "PG_SHELL_CONCURRENCY": str(concurrency),
         # Plain volumes: hundreds of loop devices would be a host-wide cost
         # that has nothing to do with claiming.
         "PG_SHELL_DISK_QUOTA": "none", "PG_SHELL_METRICS_PORT": "0",
@@ -169,47 +105,47 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
         env = {**base_env, "PG_SHELL_WORKER_ID": worker_id,
                "PG_SHELL_SIGNING_KEY_FILE": str(work_dir / f"{worker_id}.key"),
                "PG_SHELL_VOLUMES_DIR": str(work_dir / f"{worker_id}-volumes")}
-        procs.append(Executor(env, work_dir / f"{worker_id}.log").start())
+        procs.append(ExecutorProcess(env, work_dir / f"{worker_id}.log").start())
     try:
         for proc in procs:
             proc.wait_ready()
         log(f"{executors} executor(s) ready; submitting {sessions} x {per_session}")
-        submitted = [int(rows_of(tenant, "SELECT shell_api.submit_command(%s, %s) AS id",
-                                 (sid, f"echo {i} >> order.log && echo {i}"))[0]["id"])
+        submitted = [int(call(tenant, "SELECT shell_api.submit_command(%s, %s) AS id",
+                              (sid, f"echo {i} >> order.log && echo {i}"))[0]["id"])
                      for i in range(per_session) for sid in session_ids]
         deadline = time.monotonic() + timeout_s
         next_report = time.monotonic() + 15
         while True:
-            left = int(rows_of(tenant, "SELECT count(*) AS n FROM shell.commands WHERE id = ANY(%s) "
-                                       "AND status <> ALL(%s)", (submitted, list(TERMINAL)))[0]["n"])
+            left = int(call(tenant, "SELECT count(*) AS n FROM shell.commands WHERE id = ANY(%s) "
+                                    "AND status <> ALL(%s)", (submitted, list(TERMINAL)))[0]["n"])
             if left == 0:
                 break
             if time.monotonic() > next_report:
                 log(f"{total - left}/{total} done")
                 next_report += 15
             for proc in procs:
-                if proc.proc is not None and proc.proc.poll() is not None:
-                    raise RuntimeError(f"an executor died:\n{proc.log_path.read_text()[-3000:]}")
+                if proc.exited():
+                    raise RuntimeError(f"an executor died:\n{proc.log()[-3000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{left} of {total} commands unfinished after {timeout_s}s")
             time.sleep(0.5)
     finally:
         for proc in procs:
             proc.stop()
-    rows = rows_of(tenant, """
+    rows = call(tenant, """
         SELECT id, session_id::text, status, exit_code, reason, shell.output_of(c) AS output, attempts, worker_id,
                submitted_at, started_at, completed_at,
                extract(epoch FROM completed_at - submitted_at) * 1000 AS latency_ms,
                extract(epoch FROM completed_at - started_at) * 1000 AS run_ms
         FROM shell.commands c WHERE id = ANY(%s) ORDER BY session_id, id""", (submitted,))
-    span = rows_of(tenant, "SELECT extract(epoch FROM max(completed_at) - min(submitted_at)) AS s "
-                           "FROM shell.commands WHERE id = ANY(%s)", (submitted,))[0]["s"]
+    span = call(tenant, "SELECT extract(epoch FROM max(completed_at) - min(submitted_at)) AS s "
+                        "FROM shell.commands WHERE id = ANY(%s)", (submitted,))[0]["s"]
     tenant.close()
     for row in rows:
         row["latency_ms"] = float(row["latency_ms"])
         row["run_ms"] = float(row["run_ms"]) if row["run_ms"] is not None else None
     files = read_and_remove_volumes(session_ids, scope)
-    per_worker: dict[str, int] = {proc.env["PG_SHELL_WORKER_ID"]: 0 for proc in procs}
+    per_worker: dict[str, int] = {proc.worker_id: 0 for proc in procs}
     for row in rows:
         if row["worker_id"] in per_worker:
             per_worker[row["worker_id"]] += 1
@@ -219,9 +155,7 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
 def read_and_remove_volumes(session_ids: list[str], scope: str) -> dict[str, list[str]]:
     """Each session's order.log, read from its volume on the host (a
     rootful engine keeps volumes under its data root), then the volumes."""
-    for cid in subprocess.run(["docker", "ps", "-aq", "--filter", f"label=pg-shell.scope={scope}"],
-                              capture_output=True, text=True, check=False).stdout.split():
-        subprocess.run(["docker", "rm", "-f", cid], capture_output=True, check=False)
+    remove_containers(f"pg-shell.scope={scope}")
     files: dict[str, list[str]] = {}
     names = [f"pg-shell-home-{sid}" for sid in session_ids]
     for chunk in range(0, len(names), 100):
@@ -269,68 +203,40 @@ def problems(result: LoadResult) -> list[str]:
 # -- the bench -------------------------------------------------------------------------
 
 
-def fresh_database(admin_dsn: str) -> tuple[str, str]:
-    from executor.db import migrations
-    from executor.db.connection import connect
-
-    name = f"pgshell_bench_hosts_{uuid.uuid4().hex[:8]}"
-    admin = connect(admin_dsn)
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    dsn = psycopg2.extensions.make_dsn(admin_dsn, dbname=name)
-    conn = connect(dsn)
-    migrations.migrate(conn)
-    conn.close()
-    return name, dsn
-
-
-def drop_database(admin_dsn: str, name: str) -> None:
-    from executor.db.connection import connect
-
-    admin = connect(admin_dsn)
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench.many_hosts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dsn_option(parser)
+    add_image_option(parser)
     parser.add_argument("--executors", type=int, default=2)
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--per-session", type=int, default=10)
-    parser.add_argument("--concurrency", type=int, default=4, help="PG_SHELL_CONCURRENCY of each executor")
-    parser.add_argument("--image", default=os.environ.get("PG_SHELL_IMAGE", "pg-shell-sandbox:latest"))
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="PG_SHELL_CONCURRENCY of each executor")
     args = parser.parse_args()
-    admin_dsn = os.environ.get("DATABASE_URL")
-    if not admin_dsn:
-        parser.error("DATABASE_URL (a superuser DSN) is required")
-    image = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", args.image], capture_output=True,
-                           text=True, check=True).stdout.strip()
+    admin_dsn = require_dsn(parser, args)
+    image = image_id(args.image)
     rates: dict[int, float] = {}
     failures = 0
     for executors in sorted({1, args.executors}):
-        name, dsn = fresh_database(admin_dsn)
         scope = f"bench-hosts-{secrets.token_hex(4)}"
-        try:
-            with tempfile.TemporaryDirectory(prefix="pg-shell-bench-hosts-") as tmp:
-                log(f"{executors} executor(s): {args.sessions} x {args.per_session}")
-                result = run_load(dsn, image, executors=executors, sessions=args.sessions,
-                                  per_session=args.per_session, concurrency=args.concurrency,
-                                  work_dir=Path(tmp), scope=scope)
-        finally:
-            drop_database(admin_dsn, name)
+        with (migrated_database(admin_dsn, "pgshell_bench_hosts") as dsn,
+              tempfile.TemporaryDirectory(prefix="pg-shell-bench-hosts-") as tmp):
+            log(f"{executors} executor(s): {args.sessions} x {args.per_session}")
+            result = run_load(dsn, image, executors=executors, sessions=args.sessions,
+                              per_session=args.per_session, concurrency=args.concurrency,
+                              work_dir=Path(tmp), scope=scope)
         wrong = problems(result)
         for problem in wrong[:20]:
             log(f"PROBLEM: {problem}")
         failures += bool(wrong)
         for line in result.figures(concurrency_each=args.concurrency, correct=not wrong):
-            print(json.dumps(line), flush=True)
+            REPORT.emit(line)
         rates[executors] = len(result.rows) / result.elapsed_s
     if args.executors != 1:
-        print(json.dumps(figure("throughput_ratio", rates[args.executors] / rates[1], "ratio",
-                                ours_over=f"{args.executors} executors / 1 executor",
-                                note="one engine and one 2-core machine shared by all executors")), flush=True)
+        REPORT.emit_figure("throughput_ratio", rates[args.executors] / rates[1], "ratio",
+                           ours_over=f"{args.executors} executors / 1 executor",
+                           note="one engine and one 2-core machine shared by all executors")
     return 1 if failures else 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The browser's view of latency: press Enter on `echo hi` in the real page
 (headless Chromium, the real gateway and executor daemon, real Docker) and
 time until its output is painted; in the same run, the executor's end-to-end
@@ -15,33 +14,40 @@ without a password), a Docker engine, the sandbox image (PG_SHELL_IMAGE,
 default pg-shell-sandbox:latest), Debian's chromium and the test extras
 (`pip install -e '.[test]'`). Prints one JSON object per line on stdout;
 progress goes to stderr.
+
+    .venv/bin/python -m bench.ui --runs 20
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import secrets
 import statistics
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import (
+    ExecutorProcess,
+    Report,
+    add_dsn_option,
+    add_image_option,
+    create_user,
+    database_name,
+    executor_env,
+    image_id,
+    migrated_database,
+    remove_containers,
+    remove_quota_volumes,
+    require_dsn,
+)
+from bench.common import quantile_nearest_rank as quantile
+from executor.db.connection import Connection, connect, query
+from tests.browser.stack import PASSWORD, Terminal, chromium_path, launch_chromium
+from tests.fixtures_stack import Gateway
 
-import psycopg2.extensions
-
-from executor.db import migrations
-from executor.db.connection import connect, query
-from tests.browser.stack import Terminal, chromium_path, launch_chromium
-from tests.fixtures_stack import Daemon, Gateway, remove_session_volumes
-from tests.support import create_user
-
-BENCH = "ui"
 TARGET_OVERHEAD_MS = 150
 COMMAND = "echo hi"
 
@@ -77,34 +83,21 @@ ARM = """
 """
 
 
-def log(message: str) -> None:
-    print(f"[bench/ui {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def emit(record: dict) -> None:
-    print(json.dumps({"bench": BENCH, **record}), flush=True)
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+REPORT = Report("ui")
+log, emit = REPORT.log, REPORT.emit
 
 
 def daemon_env(dsn: str, image: str, volumes: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
-    env.update({
-        "DATABASE_URL": dsn,
-        "PG_SHELL_IMAGE": image,
+    return executor_env(dsn, image, {
         "PG_SHELL_ALLOW_ROOTFUL": os.environ.get("PG_SHELL_ALLOW_ROOTFUL", "1"),
         "PG_SHELL_WORKER_ID": f"bench-ui-{secrets.token_hex(4)}",
-        "PG_SHELL_SCOPE": psycopg2.extensions.parse_dsn(dsn)["dbname"],
+        "PG_SHELL_SCOPE": database_name(dsn),
         "PG_SHELL_VOLUMES_DIR": volumes,
         "PG_SHELL_DISK_QUOTA_MB": "64",
     })
-    return env
 
 
-def measure(term: Terminal, conn, runs: int, warmup: int) -> list[dict]:
+def measure(term: Terminal, conn: Connection, runs: int, warmup: int) -> list[dict[str, float]]:
     samples = []
     for i in range(warmup + runs):
         term.page.evaluate(ARM, ["hi\n"])
@@ -117,7 +110,7 @@ def measure(term: Terminal, conn, runs: int, warmup: int) -> list[dict]:
             SELECT extract(epoch FROM completed_at - submitted_at) * 1000 AS e2e_ms, status
             FROM shell.commands WHERE id = %s""", (int(seen["id"]),))[0]
         if row["status"] != "done":
-            raise SystemExit(f"bench/ui: command {seen['id']} ended {row['status']}")
+            raise SystemExit(f"bench.ui: command {seen['id']} ended {row['status']}")
         if i >= warmup:
             samples.append({"output_ms": seen["output"], "done_ms": seen["done"],
                             "e2e_ms": float(row["e2e_ms"])})
@@ -126,8 +119,8 @@ def measure(term: Terminal, conn, runs: int, warmup: int) -> list[dict]:
     return samples
 
 
-def report(samples: list[dict], runs: int) -> None:
-    common = {"runs": runs, "command": COMMAND}
+def report(samples: list[dict[str, float]], runs: int) -> None:
+    common: dict[str, Any] = {"runs": runs, "command": COMMAND}
     for key, metric in (("output_ms", "enter_to_output_visible"), ("done_ms", "enter_to_done_visible"),
                         ("e2e_ms", "executor_end_to_end")):
         values = [s[key] for s in samples]
@@ -143,60 +136,49 @@ def report(samples: list[dict], runs: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.ui", description=(__doc__ or "").split("\n\n")[0])
+    add_dsn_option(parser)
+    add_image_option(parser)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--image", default=os.environ.get("PG_SHELL_IMAGE", "pg-shell-sandbox:latest"))
     args = parser.parse_args()
-    admin_dsn = os.environ.get("DATABASE_URL")
-    if not admin_dsn:
-        raise SystemExit("bench/ui: set DATABASE_URL to a PostgreSQL superuser connection")
+    admin_dsn = require_dsn(parser, args)
     if chromium_path() is None:
-        raise SystemExit("bench/ui: Debian's chromium is not installed")
+        raise SystemExit("bench.ui: Debian's chromium is not installed")
 
-    import docker
     from playwright.sync_api import sync_playwright
 
-    client = docker.from_env()
-    image = client.images.get(args.image).id
-    name = f"pgshell_bench_ui_{uuid.uuid4().hex[:8]}"
-    admin = connect(admin_dsn)
-    query(admin, f'CREATE DATABASE "{name}"')
-    dsn = psycopg2.extensions.make_dsn(admin_dsn, dbname=name)
+    image = image_id(args.image)
     work = Path(tempfile.mkdtemp(prefix="bench-ui-"))
     volumes = tempfile.mkdtemp(prefix="bench-ui-vol-", dir="/var/tmp")
-    daemon = gateway = None
-    try:
-        conn = connect(dsn)
-        migrations.migrate(conn)
-        create_user(dsn, "bench")
-        daemon = Daemon(daemon_env(dsn, image, volumes), work / "executor.log").start()
-        gateway = Gateway(dsn, work / "gateway.log").start()
-        log(f"daemon and gateway up ({gateway.url}); {args.warmup} warm-up + {args.runs} runs")
-        with sync_playwright() as pw:
-            browser = launch_chromium(pw)
-            try:
-                term = Terminal(browser.new_page(), gateway.url)
-                term.login("bench")
-                term.new_session("bench")
-                samples = measure(term, conn, args.runs, args.warmup)
-            finally:
-                browser.close()
-        report(samples, args.runs)
-        conn.close()
-    finally:
-        if gateway:
-            gateway.stop()
-        if daemon:
-            daemon.stop()
-            worker = daemon.env["PG_SHELL_WORKER_ID"]
-            for container in client.containers.list(
-                    all=True, sparse=True, filters={"label": f"pg-shell.worker-id={worker}"}):
-                container.remove(force=True)
-        remove_session_volumes(client, volumes)
-        query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-        client.close()
+    daemon: ExecutorProcess | None = None
+    gateway: Gateway | None = None
+    with migrated_database(admin_dsn, "pgshell_bench_ui") as dsn:
+        try:
+            create_user(dsn, "bench", PASSWORD)
+            daemon = ExecutorProcess(daemon_env(dsn, image, volumes), work / "executor.log")
+            daemon.start().wait_ready(timeout=60)
+            gateway = Gateway(dsn, work / "gateway.log").start()
+            log(f"daemon and gateway up ({gateway.url}); {args.warmup} warm-up + {args.runs} runs")
+            conn = connect(dsn)
+            with sync_playwright() as pw:
+                browser = launch_chromium(pw)
+                try:
+                    term = Terminal(browser.new_page(), gateway.url)
+                    term.login("bench")
+                    term.new_session("bench")
+                    samples = measure(term, conn, args.runs, args.warmup)
+                finally:
+                    browser.close()
+            report(samples, args.runs)
+            conn.close()
+        finally:
+            if gateway:
+                gateway.stop()
+            if daemon:
+                daemon.stop()
+                remove_containers(f"pg-shell.worker-id={daemon.worker_id}")
+            remove_quota_volumes(volumes)
     return 0
 
 

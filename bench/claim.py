@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Cost of claiming: claim + mark_started + complete per command, for one
 worker claiming in batches, with 1 k sessions that have pending work, at
 several sizes of finished history in shell.commands.
@@ -8,44 +7,35 @@ history; this prints the cost at each size and the ratio of the largest to
 the smallest (target 1.5). Each size gets its own database, built from
 scratch with the migration runner and dropped afterwards.
 
+    .venv/bin/python -m bench.claim --sizes 10000,1000000
+
 Prints one JSON object per line on stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import math
-import os
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import psycopg2.extensions
-
-from executor.db import migrations
+from bench.common import (
+    Report,
+    add_dsn_option,
+    migrated_database,
+    quantile_nearest_rank,
+    require_dsn,
+)
 from executor.db.connection import Connection, connect, query
 from executor.errors import PgShellError
 
-BENCH = "claim"
 TARGET_RATIO = 1.5
-
-
-def log(message: str) -> None:
-    print(f"[bench/claim {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def emit(record: dict) -> None:
-    print(json.dumps({"bench": BENCH, **record}), flush=True)
-
-
-def with_database(dsn: str, name: str) -> str:
-    """The same server and credentials, another database."""
-    return psycopg2.extensions.make_dsn(dsn, dbname=name)
+REPORT = Report("claim")
+log = REPORT.log
 
 
 def load(conn: Connection, *, history: int, sessions: int, users: int, pending_per_session: int,
@@ -118,7 +108,7 @@ def run_claims(conn: Connection, *, commands: int, batch: int, warmup: int) -> l
         claimed = query(conn, "SELECT command_id, attempt FROM shell.claim_commands(%s, %s, 30)",
                         (worker, batch))
         if not claimed:
-            raise SystemExit("bench/claim: nothing left to claim; raise --pending-per-session")
+            raise SystemExit("bench.claim: nothing left to claim (too little pending work was loaded)")
         for c in claimed:
             query(conn, "SELECT shell.mark_started(%s, %s, %s, %s, %s)",
                   (c["command_id"], worker, c["attempt"], f"ctr-{c['command_id']}", "sha256:bench"))
@@ -133,26 +123,16 @@ def run_claims(conn: Connection, *, commands: int, batch: int, warmup: int) -> l
     return per_command
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def prepare(admin: Connection, admin_dsn: str, history: int, args: argparse.Namespace) -> tuple[str, str]:
-    """A fresh database with ``history`` rows of history and pending work; (name, dsn)."""
-    name = f"pgshell_bench_{uuid.uuid4().hex[:10]}"
-    query(admin, f'CREATE DATABASE "{name}"')
-    dsn = with_database(admin_dsn, name)
+def prepare(dsn: str, history: int, args: argparse.Namespace) -> None:
+    """Loads ``history`` rows of history and the pending work into the migrated database ``dsn``."""
     su = connect(dsn)
     try:
-        migrations.migrate(su, progress=lambda m: log(f"{name}: {m}"))
         measured = args.commands + args.rounds * args.warmup * args.batch
         pending = math.ceil(measured / args.sessions) + 1
         load(su, history=history, sessions=args.sessions, users=args.users,
              pending_per_session=pending, chunks=args.chunks)
     finally:
         su.close()
-    return name, dsn
 
 
 def measure(dsn: str, commands: int, args: argparse.Namespace) -> list[float]:
@@ -163,10 +143,11 @@ def measure(dsn: str, commands: int, args: argparse.Namespace) -> list[float]:
         ex.close()
 
 
-def summary(history: int, samples: list[float], args: argparse.Namespace) -> dict:
+def summary(history: int, samples: list[float], args: argparse.Namespace) -> dict[str, Any]:
     return {"metric": "claim_complete_per_command", "history_rows": history,
             "value": round(statistics.fmean(samples), 4), "unit": "ms",
-            "p50": round(quantile(samples, 0.5), 4), "p90": round(quantile(samples, 0.9), 4),
+            "p50": round(quantile_nearest_rank(samples, 0.5), 4),
+            "p90": round(quantile_nearest_rank(samples, 0.9), 4),
             "commands": len(samples) * args.batch, "sessions": args.sessions, "batch": args.batch,
             "rounds": args.rounds}
 
@@ -187,9 +168,9 @@ def explain(conn: Connection) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"),
-                        help="a superuser DSN (default: $DATABASE_URL); databases are created and dropped")
+    parser = argparse.ArgumentParser(prog="python -m bench.claim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dsn_option(parser)
     parser.add_argument("--sizes", default="10000,1000000",
                         help="history rows per run, comma-separated (e.g. 10000,1000000,10000000)")
     parser.add_argument("--sessions", type=int, default=1000, help="sessions with pending work")
@@ -201,53 +182,52 @@ def main() -> int:
     parser.add_argument("--chunks", action="store_true", help="also load one output chunk per history row")
     parser.add_argument("--explain", action="store_true", help="print the claim's plans on stderr")
     args = parser.parse_args()
-    if not args.dsn:
-        parser.error("--dsn or DATABASE_URL is required")
+    admin_dsn = require_dsn(parser, args)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes:
         parser.error("--sizes needs at least one size")
 
     # Every size is loaded first, then measured in interleaved rounds, so a
     # noisy neighbour on the machine weighs on all sizes alike.
-    admin = connect(args.dsn)
-    databases: list[tuple[int, str, str]] = []
+    databases: list[tuple[int, str]] = []
     samples: dict[int, list[float]] = {size: [] for size in sizes}
     try:
-        for history in sizes:
-            name, dsn = prepare(admin, args.dsn, history, args)
-            databases.append((history, name, dsn))
-        per_round = math.ceil(args.commands / args.rounds)
-        for r in range(args.rounds):
-            for history, _, dsn in databases:
-                log(f"round {r + 1}/{args.rounds}, history {history:,}: {per_round:,} commands")
-                samples[history] += measure(dsn, per_round, args)
-        if args.explain:
-            for history, _, dsn in databases:
-                log(f"plans with {history:,} rows of history")
-                su = connect(dsn)
-                try:
-                    explain(su)
-                finally:
-                    su.close()
+        with contextlib.ExitStack() as dropped_at_the_end:
+            for history in sizes:
+                dsn = dropped_at_the_end.enter_context(
+                    migrated_database(admin_dsn, "pgshell_bench", progress=log))
+                prepare(dsn, history, args)
+                databases.append((history, dsn))
+            per_round = math.ceil(args.commands / args.rounds)
+            for r in range(args.rounds):
+                for history, dsn in databases:
+                    log(f"round {r + 1}/{args.rounds}, history {history:,}: {per_round:,} commands")
+                    samples[history] += measure(dsn, per_round, args)
+            if args.explain:
+                for history, dsn in databases:
+                    log(f"plans with {history:,} rows of history")
+                    su = connect(dsn)
+                    try:
+                        explain(su)
+                    finally:
+                        su.close()
     except PgShellError as exc:
-        print(f"bench/claim: {exc}", file=sys.stderr)
+        print(f"bench.claim: {exc}", file=sys.stderr)
         return 1
-    finally:
-        for _, name, _ in databases:
-            query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
     results = []
     for history in sizes:
         result = summary(history, samples[history], args)
         results.append(result)
-        emit(result)
-        log(f"history {history:,}: {result['value']} ms per command (p50 {result['p50']}, p90 {result['p90']})")
+        REPORT.emit(result)
+        log(f"history {history:,}: {result['value']} ms per command "
+            f"(p50 {result['p50']}, p90 {result['p90']})")
     if len(results) > 1:
         smallest = min(results, key=lambda r: r["history_rows"])
         largest = max(results, key=lambda r: r["history_rows"])
-        emit({"metric": "ratio_largest_vs_smallest", "value": round(largest["value"] / smallest["value"], 3),
-              "unit": "x", "target": TARGET_RATIO, "smallest": smallest["history_rows"],
-              "largest": largest["history_rows"]})
+        REPORT.emit({"metric": "ratio_largest_vs_smallest",
+                     "value": round(largest["value"] / smallest["value"], 3), "unit": "x",
+                     "target": TARGET_RATIO, "smallest": smallest["history_rows"],
+                     "largest": largest["history_rows"]})
     return 0
 
 

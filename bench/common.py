@@ -1,0 +1,266 @@
+"""What the benchmarks share: their output (one JSON object per line on
+stdout, progress on stderr), percentiles, a scratch database migrated from
+scratch, a tenant, the executor daemon as a subprocess, and the clean-up of
+what it left on the Docker engine.
+
+Run a benchmark from the project root with the virtualenv's Python, e.g.
+``.venv/bin/python -m bench.claim --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import psycopg2.extensions
+
+from executor.db import migrations
+from executor.db.connection import connect, query
+from tests.support import call, connect_as, one
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_IMAGE = "pg-shell-sandbox:latest"
+TERMINAL = ("done", "failed", "cancelled")
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+class Report:
+    """One benchmark's output: figures as JSON lines on stdout, progress on stderr."""
+
+    def __init__(self, bench: str) -> None:
+        self.bench = bench
+
+    def log(self, message: str) -> None:
+        print(f"[bench/{self.bench} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    def figure(self, metric: str, value: float, unit: str, **extra: object) -> dict[str, Any]:
+        """One figure, its value rounded to 4 places."""
+        return {"bench": self.bench, "metric": metric, "value": round(value, 4), "unit": unit, **extra}
+
+    def emit(self, record: Mapping[str, Any]) -> None:
+        print(json.dumps({"bench": self.bench, **record}), flush=True)
+
+    def emit_figure(self, metric: str, value: float, unit: str, **extra: object) -> None:
+        self.emit(self.figure(metric, value, unit, **extra))
+
+
+def quantile_nearest_rank(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank: always one of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def percentile_interpolated(values: list[float], p: float) -> float:
+    """The ``p`` percentile (0..100), interpolated between the nearest two values."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def add_dsn_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"),
+                        help="a superuser DSN (default: $DATABASE_URL); databases are created and dropped")
+
+
+def add_image_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--image", default=os.environ.get("PG_SHELL_IMAGE", DEFAULT_IMAGE),
+                        help=f"the sandbox image (default: $PG_SHELL_IMAGE, else {DEFAULT_IMAGE})")
+
+
+def require_dsn(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    if not args.dsn:
+        parser.error("--dsn or DATABASE_URL (a superuser DSN) is required")
+    return str(args.dsn)
+
+
+# -- the database ------------------------------------------------------------------------
+
+
+def database_name(dsn: str) -> str:
+    return str(psycopg2.extensions.parse_dsn(dsn)["dbname"])
+
+
+def with_database(dsn: str, name: str) -> str:
+    """The same server and credentials, another database."""
+    return psycopg2.extensions.make_dsn(dsn, dbname=name)
+
+
+@contextlib.contextmanager
+def migrated_database(admin_dsn: str, prefix: str,
+                      progress: Callable[[str], None] = lambda _: None) -> Iterator[str]:
+    """A new database on the server of ``admin_dsn``, migrated from empty by
+    the migration runner; its (superuser) DSN. Dropped at the end."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = connect(admin_dsn)
+    try:
+        query(admin, f'CREATE DATABASE "{name}"')
+        try:
+            dsn = with_database(admin_dsn, name)
+            conn = connect(dsn)
+            try:
+                migrations.migrate(conn, progress=lambda message: progress(f"{name}: {message}"))
+            finally:
+                conn.close()
+            yield dsn
+        finally:
+            query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()
+
+
+def create_user(dsn: str, username: str, password: str, *, sessions: int | None = None,
+                running: int | None = None, queued: int | None = None) -> str:
+    """A tenant made as `pg-shell user` makes one (as shell_admin), with the
+    quotas given (the others keep their defaults); its id."""
+    admin = connect_as(dsn, "shell_admin")
+    try:
+        user_id = str(one(admin, "SELECT shell.create_user(%s, %s)", (username, password)))
+        # NULL keeps a quota's default.
+        call(admin, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s)",
+             (username, sessions, running, queued))
+        return user_id
+    finally:
+        admin.close()
+
+
+def tenant_connection(dsn: str, user_id: str) -> psycopg2.extensions.connection:
+    """An autocommit connection acting as the tenant, as PostgREST would."""
+    return connect_as(dsn, "shell_user", {"sub": user_id, "role": "shell_user"})
+
+
+# -- the executor and the engine ---------------------------------------------------------
+
+
+def executor_env(dsn: str, image: str, settings: Mapping[str, str]) -> dict[str, str]:
+    """The environment of an executor on ``dsn``: this one without any
+    PG_SHELL_ setting, plus the image, a rootful engine allowed, and ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
+    env.update({"DATABASE_URL": dsn, "PG_SHELL_IMAGE": image, "PG_SHELL_ALLOW_ROOTFUL": "1",
+                **settings})
+    return env
+
+
+class ExecutorProcess:
+    """One `pg-shell executor` subprocess, its output in a log file: a host of
+    its own, as far as the database can tell."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def worker_id(self) -> str:
+        return self.env["PG_SHELL_WORKER_ID"]
+
+    def start(self, **settings: str) -> ExecutorProcess:
+        """Starts it (``settings`` added to its environment); see wait_ready."""
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "executor"],
+                                         env={**self.env, **settings}, stdout=out,
+                                         stderr=subprocess.STDOUT, cwd=REPO)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 120) -> ExecutorProcess:
+        deadline = time.monotonic() + timeout
+        while " ready: " not in self.log():
+            if self.exited() or time.monotonic() > deadline:
+                raise RuntimeError("executor did not start:\n" + self.log()[-3000:])
+            time.sleep(0.05)
+        return self
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def stop(self) -> None:
+        """SIGTERM (the executor drains), then SIGKILL after a minute."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cpu_s(self) -> float:
+        """CPU time (user + system) of the executor and its reaped children."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+    def rss_kib(self) -> int:
+        """VmRSS of the executor and all its descendants."""
+        assert self.proc is not None
+        total = 0
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def image_id(ref: str) -> str:
+    """The id of image ``ref`` on the engine (fails if it is not there)."""
+    return subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", ref],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def remove_containers(*labels: str) -> None:
+    """Every container carrying one of ``labels`` (``key=value``), running or not."""
+    for label in labels:
+        ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"],
+                             capture_output=True, text=True, check=False).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+def remove_quota_volumes(volumes_dir: str) -> None:
+    """The disk-quota volumes an executor made under ``volumes_dir`` (an ext4
+    image per volume, attached to a loop device), then the directory."""
+    for image in Path(volumes_dir).glob("*.ext4"):
+        subprocess.run(["docker", "volume", "rm", "-f", image.stem], capture_output=True, check=False)
+        loops = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
+                               capture_output=True, text=True, check=False).stdout.split()
+        for loop in loops:
+            subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
+    shutil.rmtree(volumes_dir, ignore_errors=True)
