@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from executor.records import DATABASE_SIGNER, FACT_FIELDS, GENESIS, chain_hash, facts_of
+from executor.records import DATABASE_SIGNER, GENESIS, chain_hash, fact_fields, facts_of
 from executor.signing import signature_valid
 
 EDITED = "edited"
@@ -163,7 +163,7 @@ def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) ->
         if not signature_valid(public_key, text, link["signature"]):
             return brk(FORGED, f"the signature does not match the record (key {signer})")
     facts = facts_of(link)
-    for name in FACT_FIELDS:
+    for name in fact_fields(record.get("v")):
         claimed = record.get(name, _ABSENT)
         if claimed is _ABSENT or claimed != facts[name] or type(claimed) is not type(facts[name]):
             shown = "nothing" if claimed is _ABSENT else json.dumps(claimed)[:80]

@@ -13,13 +13,21 @@ import hashlib
 import json
 from typing import Any
 
-RECORD_VERSION = 1
+# Version 2 added the roots of the session's files before and after the
+# command (sql/migrations/0011_workspace.sql); version 1 records stay valid.
+RECORD_VERSION = 2
 DATABASE_SIGNER = "database"
-FACT_FIELDS = (
+FACT_FIELDS_V1 = (
     "command_id", "session_id", "user_id", "command_sha256", "status", "exit_code", "reason",
     "truncated", "output_sha256", "cwd_before", "env_before", "cwd_after", "env_after",
     "image_digest", "worker_id", "attempt", "duration_ms",
 )
+FACT_FIELDS = (*FACT_FIELDS_V1, "root_before", "root_after")
+
+
+def fact_fields(version: object) -> tuple[str, ...]:
+    """The facts a record of this version vouches for."""
+    return FACT_FIELDS_V1 if version == 1 else FACT_FIELDS
 
 
 def sha256_hex(text: str) -> str:
@@ -54,6 +62,8 @@ def facts_of(row: dict[str, Any]) -> dict[str, Any]:
         "worker_id": row["worker_id"],
         "attempt": row["attempt"],
         "duration_ms": row["duration_ms"],
+        "root_before": row.get("root_before"),
+        "root_after": row.get("root_after"),
     }
 
 
@@ -62,7 +72,8 @@ def result_record(*, signer: str, command_id: int, session_id: str, user_id: str
                   output_sha256: str, cwd_before: str, env_before: dict[str, str],
                   cwd_after: str, env_after: dict[str, str], image_digest: str | None,
                   worker_id: str, attempt: int, duration_ms: int | None,
-                  started_at: str | None, finished_at: str) -> str:
+                  started_at: str | None, finished_at: str, root_before: str | None,
+                  root_after: str | None) -> str:
     """The canonical text of an executor's result record."""
     return canonical({
         "v": RECORD_VERSION, "signer": signer, "command_id": command_id, "session_id": session_id,
@@ -72,6 +83,7 @@ def result_record(*, signer: str, command_id: int, session_id: str, user_id: str
         "cwd_after": cwd_after, "env_after": env_after, "image_digest": image_digest,
         "worker_id": worker_id, "attempt": attempt, "duration_ms": duration_ms,
         "started_at": started_at, "finished_at": finished_at,
+        "root_before": root_before, "root_after": root_after,
     })
 
 

@@ -19,6 +19,7 @@ import tenacity
 from executor import metrics
 from executor.config import Settings
 from executor.db.queue import ClaimedCommand, ExecutorDatabase, Listener
+from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
 from executor.outcome import LEASE_LOST, SHUTDOWN, outcome_of
 from executor.output_writer import OutputWriter
@@ -28,10 +29,14 @@ from executor.sandbox import (
     ImageNotFound,
     Limits,
     RunRequest,
+    RunResult,
     Sandbox,
     SandboxError,
 )
 from executor.signing import Signer
+from executor.workspace.capture import Capture
+from executor.workspace.host import HostFiles
+from executor.workspace.restore import RestoreFailed
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -72,6 +77,7 @@ class Worker:
         self._notify = notify
         self._dsn = settings.require_database_url()
         self._signer = Signer.from_file(settings.signing_key_file)
+        self._files = HostFiles(sandbox, settings.volumes_dir, settings.disk_quota_mb * MiB)
         # The main loop must stay responsive (signals, watchdog) during an
         # outage, so its connections try once per round; command threads
         # retry until the database is back.
@@ -192,28 +198,38 @@ class Worker:
 
     # -- one command -----------------------------------------------------------------
 
-    def _execute(self, run: Run) -> None:
+    def _borrow_db(self) -> ExecutorDatabase:
         try:
-            db = self._idle_dbs.get_nowait()
+            return self._idle_dbs.get_nowait()
         except queue.Empty:
-            db = self._database("command")
+            return self._database("command")
+
+    def _execute(self, run: Run) -> None:
+        # Two connections: output is flushed from the writer's thread while
+        # the command's files are stored from this one.
+        db, files_db = self._borrow_db(), self._borrow_db()
         try:
-            self._execute_with(db, run)
+            self._execute_with(db, WorkspaceStore(files_db), run)
         except LeaseLost as exc:
             log.warning("command_id=%s: %s", run.claimed.command_id, exc)
         except Exception:
             log.exception("command_id=%s failed in the executor", run.claimed.command_id)
         finally:
             self._idle_dbs.put(db)
+            self._idle_dbs.put(files_db)
             with self._runs_lock:
                 self._runs.pop(run.claimed.command_id, None)
             self.wake()
 
-    def _execute_with(self, db: ExecutorDatabase, run: Run) -> None:
+    def _execute_with(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
         cmd = run.claimed
         if run.cancel.is_set():
             if run.kill_reason != SHUTDOWN:  # on shutdown it goes back to its queue
                 self._complete_unstarted(db, run, run.kill_reason or "cancelled")
+            return
+        if cmd.upload is not None:  # a replayed upload: the database applies it
+            store.complete_upload(cmd.command_id, self.worker_id, cmd.attempt)
+            log.info("applied upload command_id=%s", cmd.command_id)
             return
         created = threading.Event()
         started = threading.Event()
@@ -236,13 +252,18 @@ class Worker:
             started.set()
             log.info("started command_id=%s container_id=%s", cmd.command_id, container_id[:12])
 
-        store = metrics.counting_output(lambda seq, data: db.append_output(cmd, self.worker_id, seq, data))
-        writer = OutputWriter(store, self.settings.output_flush_interval_s)
+        save_output = metrics.counting_output(lambda seq, data: db.append_output(cmd, self.worker_id, seq, data))
+        writer = OutputWriter(save_output, self.settings.output_flush_interval_s)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self.worker_id, command=cmd.command, cwd=cmd.cwd,
                              env=dict(cmd.env), image=image)
         try:
-            result = self._run_until_engine_answers(request, on_created, on_started, writer, run, created)
+            capture, result = self._run_until_engine_answers(request, store, on_created, on_started,
+                                                             writer, run, created)
+        except RestoreFailed as exc:
+            writer.close()
+            self._complete_unstarted(db, run, f"the session's files could not be restored: {exc}")
+            return
         except SandboxError as exc:
             writer.close()
             if started.is_set():
@@ -256,23 +277,33 @@ class Worker:
                 self._complete_unstarted(db, run, f"container failed to start: {exc}")
             # else: the engine was away until shutdown; the drain releases it.
             return
-        if result.state_note:
-            writer.write(f"\n[pg-shell: {result.state_note}]\n")
+        files = self._files.finish(capture, result, cmd.root)
+        notes = "; ".join(n for n in (result.state_note, files.note) if n)
+        if notes:
+            writer.write(f"\n[pg-shell: {notes}]\n")
         writer.close()
         end = outcome_of(result.exit_code, result.reason, run.kill_reason)
         self._complete(db, run, status=end.status, exit_code=end.exit_code, reason=end.reason,
                        truncated=result.truncated, cwd=result.cwd, env=result.env,
                        duration_ms=int(result.duration_s * 1000), output_sha256=writer.output_sha256,
-                       image_digest=image)
+                       image_digest=image, root_after=files.root_after)
+        self._files.committed(cmd.session_id, files)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)
         self._remover.submit(self._remove, result.container_id)
 
-    def _run_until_engine_answers(self, request: RunRequest, on_created: Callable[[str], None],
-                                  on_started: Callable[[str], None], writer: OutputWriter, run: Run,
-                                  created: threading.Event):
-        """Runs the command; while the engine is unreachable and no container
-        was created, waits and tries again (the lease is kept alive meanwhile)."""
+    def _run_until_engine_answers(self, request: RunRequest, store: WorkspaceStore,
+                                  on_created: Callable[[str], None], on_started: Callable[[str], None],
+                                  writer: OutputWriter, run: Run,
+                                  created: threading.Event) -> tuple[Capture, RunResult]:
+        """Brings the session's files here and runs the command; while the
+        engine is unreachable and no container was created, waits and tries
+        again (the lease is kept alive meanwhile)."""
+        def attempt() -> tuple[Capture, RunResult]:
+            capture = self._files.prepare(store, request, run.claimed.root)
+            return capture, self._sandbox.run(request, on_started, writer.write, run.cancel,
+                                              on_created=on_created, files=capture)
+
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(
                 lambda e: isinstance(e, EngineUnavailable) and not created.is_set() and not run.cancel.is_set()),
@@ -282,7 +313,7 @@ class Worker:
                                                request.command_id, s.outcome.exception() if s.outcome else ""),
             reraise=True,
         )
-        return retrying(self._sandbox.run, request, on_started, writer.write, run.cancel, on_created=on_created)
+        return retrying(attempt)
 
     def _complete_unstarted(self, db: ExecutorDatabase, run: Run, reason: str) -> None:
         status = "cancelled" if reason == "cancelled" else "failed"
@@ -293,7 +324,8 @@ class Worker:
 
     def _complete(self, db: ExecutorDatabase, run: Run, *, status: str, exit_code: int | None,
                   reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
-                  duration_ms: int | None, output_sha256: str, image_digest: str | None) -> None:
+                  duration_ms: int | None, output_sha256: str, image_digest: str | None,
+                  root_after: str | None = None) -> None:
         """Completes the command with its result record, signed: the record
         states what the row will hold (no cwd/env reported keeps the old)."""
         cmd = run.claimed
@@ -305,7 +337,9 @@ class Worker:
             env_after=dict(env) if env is not None else dict(cmd.env),
             image_digest=image_digest if run.started_at else cmd.image_digest,
             worker_id=self.worker_id, attempt=cmd.attempt, duration_ms=duration_ms,
-            started_at=run.started_at, finished_at=utc_now())
+            started_at=run.started_at, finished_at=utc_now(), root_before=cmd.root,
+            # No new root (the command did not run, or its files were not saved): the old one.
+            root_after=root_after if root_after is not None else cmd.root)
         db.complete(cmd, self.worker_id, status=status, exit_code=exit_code, reason=reason,
                     truncated=truncated, cwd=cwd, env=env, duration_ms=duration_ms, record=record,
                     signature=self._signer.sign(record), key_id=self._signer.key_id)

@@ -40,6 +40,10 @@ GRANT EXECUTE ON FUNCTION
     shell_api.replay_session(uuid, bigint),
     shell_api.replay_comparison(uuid),
     shell_api.output_timeline(bigint),
+    shell_api.session_files(uuid, bigint),
+    shell_api.read_file(uuid, text, bigint),
+    shell_api.command_changes(bigint),
+    shell_api.upload_file(uuid, text, bytea, integer),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
@@ -67,7 +71,15 @@ GRANT EXECUTE ON FUNCTION
     shell.settle_worker(text, bigint[]),
     shell.live_commands(bigint[]),
     shell.queue_depth(),
-    shell.current_image()
+    shell.current_image(),
+    -- the workspace: blobs and trees in, listings and differences out
+    shell.missing_blobs(text[]),
+    shell.put_blob_chunk(text, bigint, integer, integer, bytea),
+    shell.blob_chunk(text, integer),
+    shell.put_trees(jsonb),
+    shell.tree_listing(text),
+    shell.tree_diff(text, text),
+    shell.complete_upload(bigint, text, integer)
 TO shell_executor;
 
 -- Administrators: user management, audit (`pg-shell audit`) and retention

@@ -28,6 +28,8 @@ class ClaimedCommand:
     env: dict[str, str]
     attempt: int
     image_digest: str | None
+    root: str | None = None  # the session's files when claimed (None: from before the workspace)
+    upload: dict[str, Any] | None = None  # an upload to apply instead of a command to run
 
 
 class ExecutorDatabase:

@@ -13,7 +13,7 @@ import docker
 import docker.errors
 
 from .errors import EngineUnavailable, ImageNotFound, SandboxError
-from .runner import ENGINE_ERRORS, _engine_error
+from .runner import ENGINE_ERRORS, engine_error
 
 DEFAULT_REPOSITORY = "pg-shell-sandbox"
 
@@ -57,9 +57,9 @@ class Images:
             if exc.status_code in (400, 404):  # a malformed reference names no image either
                 raise ImageNotFound(f"image {reference} does not exist on this Docker engine: "
                                     f"{exc.explanation}") from exc
-            raise _engine_error(exc, f"inspect image {reference}") from exc
+            raise engine_error(exc, f"inspect image {reference}") from exc
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, f"inspect image {reference}") from exc
+            raise engine_error(exc, f"inspect image {reference}") from exc
         return EngineImage(str(info["Id"]), tuple(info.get("RepoTags") or ()), _created(info.get("Created")),
                            int(info.get("Size") or 0))
 
@@ -75,7 +75,7 @@ class Images:
         try:
             rows = self._api.images(name=repository)
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, f"list images of {repository}") from exc
+            raise engine_error(exc, f"list images of {repository}") from exc
         images = [EngineImage(str(r["Id"]), tuple(t for t in r.get("RepoTags") or () if t != "<none>:<none>"),
                               int(r.get("Created") or 0), int(r.get("Size") or 0)) for r in rows]
         return sorted(images, key=lambda i: i.created, reverse=True)
@@ -95,7 +95,7 @@ class Images:
             except docker.errors.APIError as exc:
                 raise SandboxError(f"cannot remove {tag}: {exc.explanation or exc}") from exc
             except ENGINE_ERRORS as exc:
-                raise _engine_error(exc, f"remove image {tag}") from exc
+                raise engine_error(exc, f"remove image {tag}") from exc
             removed.append(tag)
         return removed
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 MiB = 1024 * 1024
 
@@ -45,3 +46,8 @@ class RunResult:
     state_note: str | None  # why the reported state was rejected (None: accepted)
     container_id: str
     image_digest: str
+    # The home's entries after the command ([path, kind, mode, size, inode,
+    # ctime_ns, target], tenant data), or None when the files could not be
+    # captured (timeout, cancel, a scan that did not finish).
+    manifest: list[list[Any]] | None = field(default=None, hash=False)
+    skipped: list[Any] = field(default_factory=list, hash=False)  # [path, why] the scan left out

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 import queue
-import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import docker
@@ -25,8 +24,17 @@ from docker.utils.socket import frames_iter
 
 from .errors import ContainerFailed, EngineUnavailable, ImageNotFound, SandboxError
 from .model import Limits, RunRequest, RunResult
-from .output import OutputCapper, StateExtractor
-from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_WORKER, container_args, host_config_args
+from .output import OutputCapper
+from .protocol import Conversation, FileReceiver, ProtocolError, json_frame
+from .spec import (
+    LABEL_COMMAND,
+    LABEL_SCOPE,
+    LABEL_WORKER,
+    command_labels,
+    container_args,
+    host_config_args,
+    session_env,
+)
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 
@@ -38,13 +46,15 @@ EXIT_CANCELLED = 130  # 128 + SIGINT: "interrupted by the user"
 
 POLL_S = 0.05  # how often cancel/deadline are checked while output is quiet
 STREAM_GRACE_S = 2.0  # how long to wait for the output stream after exit
+CAPTURE_TIMEOUT_S = 300.0  # for the file scan after the command (up to the disk quota)
+RESTORE_TIMEOUT_S = 600
 _EOF = object()
 
 OnStarted = Callable[[str], None]
 OnOutput = Callable[[str], None]
 
 
-def _engine_error(exc: Exception, what: str, container_id: str | None = None) -> SandboxError:
+def engine_error(exc: Exception, what: str, container_id: str | None = None) -> SandboxError:
     """Map a docker/requests failure onto our exceptions."""
     if isinstance(exc, docker.errors.ImageNotFound):
         return ImageNotFound(f"{what}: {exc}", container_id=container_id)
@@ -84,7 +94,7 @@ class Sandbox:
         if disk_quota == "loop":
             self.volumes = LoopVolumes(self._client, limits.disk_quota_bytes, volume_dir)
         else:
-            self.volumes = PlainVolumes(self._client)
+            self.volumes = PlainVolumes(self._client, volume_dir)
 
     # -- engine facts --------------------------------------------------------
 
@@ -93,7 +103,7 @@ class Sandbox:
         try:
             options = self._client.info().get("SecurityOptions") or []
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, "docker info") from exc
+            raise engine_error(exc, "docker info") from exc
         if any("name=rootless" in o for o in options):
             return "rootless"
         if any("name=userns" in o for o in options):
@@ -105,7 +115,7 @@ class Sandbox:
         try:
             return str(self._api.inspect_image(image)["Id"])
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, f"inspect image {image}") from exc
+            raise engine_error(exc, f"inspect image {image}") from exc
 
     # -- one command -----------------------------------------------------------
 
@@ -116,19 +126,76 @@ class Sandbox:
         on_output: OnOutput,
         cancel: threading.Event,
         on_created: OnStarted = lambda _container_id: None,
+        files: FileReceiver | None = None,
     ) -> RunResult:
         """``on_created`` runs after the container exists and before it
         starts (the caller records that it may run); ``on_started`` once it
-        runs, before the command is sent."""
-        nonce = secrets.token_hex(16)
+        runs, before the command is sent. With ``files``, the supervisor
+        reports the home's manifest after the command and sends the files
+        ``files.wanted`` asks for."""
         volume = self.volumes.volume_for(req.session_id)
-        container_id = self._create(req, volume, nonce)
-        raw: socket.socket | None = None
+        container_id = self._create(req.image, command_labels(req, self.scope), volume)
         try:
             on_created(container_id)
         except BaseException:
             self.remove_container(container_id)
             raise
+        sock, raw = self._attach_and_start(container_id)
+        started = time.monotonic()
+        request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
+                                    "env": session_env(req.env), "capture": files is not None})
+        try:
+            on_started(container_id)
+            conversation = Conversation(OutputCapper(self.limits.output_cap_bytes), files)
+            watch = self._supervise(req, container_id, sock, raw, request, started, on_output, cancel,
+                                    conversation)
+            return self._result(req, container_id, conversation, watch)
+        except BaseException:
+            # A callback or engine failure: never leave the command running.
+            self._kill(container_id)
+            raise
+        finally:
+            _close(raw)
+
+    def restore(self, req: RunRequest, header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
+        """Brings the session's volume to a tree, inside a container as
+        locked down as a command's (never by extracting tenant data on the
+        host): ``header`` says what to delete, ``tar`` carries what to
+        write. Returns the conversation, with the manifest of the result."""
+        session_id = req.session_id
+        volume = self.volumes.volume_for(session_id)
+        container_id = self._create(req.image, command_labels(req, self.scope), volume, command=["restore"])
+        try:
+            sock, raw = self._attach_and_start(container_id)
+            conversation = Conversation(OutputCapper(self.limits.output_cap_bytes))
+
+            def send() -> None:
+                try:
+                    raw.sendall(json_frame(b"R", header))
+                    for chunk in tar:
+                        raw.sendall(chunk)
+                    raw.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass  # the container died first; the conversation says why
+
+            threading.Thread(target=send, name=f"restore-{session_id}", daemon=True).start()
+            try:
+                for stream, data in frames_iter(sock, tty=False):
+                    if stream == 1:
+                        conversation.feed(data)
+            except OSError:
+                pass
+            finally:
+                _close(raw)
+            self._api.wait(container_id, timeout=RESTORE_TIMEOUT_S)
+            return conversation
+        except ENGINE_ERRORS as exc:
+            raise engine_error(exc, f"restore session {session_id}", container_id) from exc
+        finally:
+            self.remove_container(container_id)
+
+    def _attach_and_start(self, container_id: str) -> tuple[Any, socket.socket]:
+        raw: socket.socket | None = None
         try:
             sock = self._api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -136,38 +203,26 @@ class Sandbox:
             raw = sock._sock  # the SocketIO's socket: needed for sendall/shutdown
             raw.settimeout(None)  # a quiet command must not time out the read
             self._api.start(container_id)
-            started = time.monotonic()
+            return sock, raw
         except ENGINE_ERRORS as exc:
             if raw is not None:
                 raw.close()
             # Never started (or we cannot tell): do not leak it.
             self.remove_container(container_id)
-            raise _engine_error(exc, "start container", container_id) from exc
+            raise engine_error(exc, "start container", container_id) from exc
 
-        try:
-            on_started(container_id)
-            return self._supervise(req, container_id, sock, raw, nonce, started, on_output, cancel)
-        except BaseException:
-            # A callback or engine failure: never leave the command running.
-            self._kill(container_id)
-            raise
-        finally:
-            try:
-                raw.close()
-            except OSError:
-                pass
-
-    def _create(self, req: RunRequest, volume: str, nonce: str) -> str:
+    def _create(self, image: str, labels: dict[str, str], volume: str,
+                command: list[str] | None = None) -> str:
         try:
             created = self._api.create_container(
                 host_config=self._api.create_host_config(
                     **host_config_args(self.limits, self.shell_root, volume,
                                        seed_from_image=self.volumes.seed_from_image)
                 ),
-                **container_args(req, self.shell_root, nonce, self.scope),
+                **container_args(image, labels, self.shell_root, command),
             )
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, f"create container for command {req.command_id}") from exc
+            raise engine_error(exc, f"create container for {labels.get(LABEL_COMMAND)}") from exc
         return str(created["Id"])
 
     def _supervise(
@@ -176,11 +231,12 @@ class Sandbox:
         container_id: str,
         sock: Any,
         raw: socket.socket,
-        nonce: str,
+        request: bytes,
         started: float,
         on_output: OnOutput,
         cancel: threading.Event,
-    ) -> RunResult:
+        conversation: Conversation,
+    ) -> _Watch:
         # Threads do the blocking parts (stdin, the frame stream, waiting for
         # exit); this thread only reacts, so a cancel or the deadline is
         # noticed within POLL_S even when the command is silent. on_output
@@ -191,10 +247,9 @@ class Sandbox:
         stop = threading.Event()  # we gave up: helper threads must not block forever
         exit_status: dict[str, Any] = {}
 
-        def write_stdin() -> None:
+        def send(data: bytes) -> None:
             try:
-                raw.sendall(req.command.encode("utf-8", "surrogateescape"))
-                raw.shutdown(socket.SHUT_WR)
+                raw.sendall(data)
             except OSError:
                 pass  # the container died first; its exit status says why
 
@@ -225,71 +280,30 @@ class Sandbox:
             finally:
                 exited.set()
 
-        for target in (write_stdin, read_frames, wait_exit):
+        conversation.reply = send
+        threading.Thread(target=send, args=(request,), name=f"sandbox-stdin-{req.command_id}",
+                         daemon=True).start()
+        for target in (read_frames, wait_exit):
             threading.Thread(
                 target=target, name=f"sandbox-{target.__name__}-{req.command_id}", daemon=True
             ).start()
         try:
-            return self._collect(
-                req, container_id, nonce, started, on_output, cancel, frames, exited, exit_status
-            )
+            watch = _Watch(self, req, container_id, started, cancel)
+            watch.collect(conversation, on_output, frames, exited)
+            if "error" in exit_status:
+                exc = exit_status["error"]
+                raise engine_error(exc, "wait for container", container_id) from exc
+            watch.exit_code = int(exit_status.get("StatusCode", -1))
+            return watch
         finally:
             stop.set()
 
-    def _collect(
-        self,
-        req: RunRequest,
-        container_id: str,
-        nonce: str,
-        started: float,
-        on_output: OnOutput,
-        cancel: threading.Event,
-        frames: queue.Queue[object],
-        exited: threading.Event,
-        exit_status: dict[str, Any],
-    ) -> RunResult:
-        extractor = StateExtractor(nonce)
-        capper = OutputCapper(self.limits.output_cap_bytes)
-        deadline = started + self.limits.timeout_s
-        reason: str | None = None
-        stream_done = False
-        exited_at: float | None = None
-
-        while not (stream_done and exited.is_set()):
-            if reason is None and cancel.is_set():
-                reason = "cancelled"
-                self._kill(container_id)
-            elif reason is None and time.monotonic() >= deadline:
-                reason = "timeout"
-                self._kill(container_id)
-            if exited.is_set() and exited_at is None:
-                exited_at = time.monotonic()
-            if exited_at is not None and time.monotonic() - exited_at > STREAM_GRACE_S:
-                break  # exited, but something keeps the stream open: stop reading
-            if stream_done:
-                exited.wait(POLL_S)  # output is over; only the exit is missing
-                continue
-            try:
-                item = frames.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            if item is _EOF:
-                stream_done = True
-                continue
-            stream, data = item  # type: ignore[misc]
-            text = capper.feed(stream, extractor.feed(data) if stream == 1 else data)
-            if text:
-                on_output(text)
-
-        tail = capper.feed(1, extractor.finish()) + capper.finish()
-        if tail:
-            on_output(tail)
-        duration = (exited_at or time.monotonic()) - started
-
-        if "error" in exit_status:
-            exc = exit_status["error"]
-            raise _engine_error(exc, "wait for container", container_id) from exc
-        exit_code = int(exit_status.get("StatusCode", -1))
+    def _result(self, req: RunRequest, container_id: str, conversation: Conversation,
+                watch: _Watch) -> RunResult:
+        reason = watch.reason
+        exit_code = watch.exit_code
+        if reason is None and conversation.status is not None:
+            exit_code = conversation.status  # the shell's, even if capture ended later
         # Only a death by signal can be the OOM killer (or the engine going
         # away), and only then is the container inspected: it costs a round
         # trip on the critical path.
@@ -302,15 +316,14 @@ class Sandbox:
         elif killed and info["State"].get("OOMKilled"):
             reason, exit_code = "oom", EXIT_OOM
 
-        if reason in ("timeout", "cancelled"):
+        if reason in ("timeout", "cancelled") or conversation.status is None:
             # A report may have raced the kill; the command did not finish,
             # so keep the session as it was.
             state = resolve_state(None, False, req.cwd, req.env, self.shell_root)
-            state_note = f"{reason}: state not updated"
+            state_note = f"{reason}: state not updated" if reason else state.note
         else:
-            state = resolve_state(
-                extractor.state_bytes(), extractor.state_overflow, req.cwd, req.env, self.shell_root
-            )
+            state = resolve_state(conversation.state, conversation.state_overflow, req.cwd, req.env,
+                                  self.shell_root)
             state_note = state.note
         log.info(
             "command finished",
@@ -323,24 +336,27 @@ class Sandbox:
                 "reason": reason,
             },
         )
+        captured = reason is None and conversation.ended and conversation.manifest_done
         return RunResult(
             exit_code=exit_code,
             reason=reason,
-            output_bytes=capper.total_bytes,
-            truncated=capper.truncated,
-            duration_s=duration,
+            output_bytes=conversation.capper.total_bytes,
+            truncated=conversation.capper.truncated,
+            duration_s=watch.duration_s,
             cwd=state.cwd,
             env=state.env,
             state_note=state_note,
             container_id=container_id,
             image_digest=str(info.get("Image") or req.image),
+            manifest=conversation.manifest if captured else None,
+            skipped=conversation.skipped,
         )
 
     def _inspect(self, container_id: str) -> dict[str, Any]:
         try:
             return dict(self._api.inspect_container(container_id))
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, "inspect container", container_id) from exc
+            raise engine_error(exc, "inspect container", container_id) from exc
 
     def _kill(self, container_id: str) -> None:
         try:
@@ -363,9 +379,9 @@ class Sandbox:
         except docker.errors.APIError as exc:
             if exc.status_code == 409 and "already in progress" in str(exc.explanation):
                 return  # someone else is removing it: the outcome we want
-            raise _engine_error(exc, "remove container", container_id) from exc
+            raise engine_error(exc, "remove container", container_id) from exc
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, "remove container", container_id) from exc
+            raise engine_error(exc, "remove container", container_id) from exc
 
     def command_ids(self, worker_id: str) -> list[int]:
         """Ids of the commands whose containers (running or not) this worker left on the engine."""
@@ -374,7 +390,7 @@ class Sandbox:
                 all=True, filters={"label": [f"{LABEL_WORKER}={worker_id}", f"{LABEL_SCOPE}={self.scope}"]}
             )
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, "list containers") from exc
+            raise engine_error(exc, "list containers") from exc
         labels = ((c.get("Labels") or {}).get(LABEL_COMMAND, "") for c in containers)
         return [int(label) for label in labels if label.isdigit()]
 
@@ -389,7 +405,7 @@ class Sandbox:
                 all=True, filters={"label": [LABEL_COMMAND, f"{LABEL_SCOPE}={self.scope}"]}
             )
         except ENGINE_ERRORS as exc:
-            raise _engine_error(exc, "list containers") from exc
+            raise engine_error(exc, "list containers") from exc
         removed: list[str] = []
         for c in containers:
             label = (c.get("Labels") or {}).get(LABEL_COMMAND, "")
@@ -401,3 +417,80 @@ class Sandbox:
             self.remove_container(c["Id"])
             removed.append(str(c["Id"]))
         return removed
+
+
+def _close(raw: socket.socket) -> None:
+    try:
+        raw.close()
+    except OSError:
+        pass
+
+
+class _Watch:
+    """Reads one run's frames until the container is done, enforcing the
+    time limit (on the command) and the capture limit (on the file scan
+    after it), and the cancel flag."""
+
+    def __init__(self, sandbox: Sandbox, req: RunRequest, container_id: str, started: float,
+                 cancel: threading.Event) -> None:
+        self.sandbox = sandbox
+        self.req = req
+        self.container_id = container_id
+        self.started = started
+        self.cancel = cancel
+        self.reason: str | None = None
+        self.exit_code = -1
+        self.duration_s = 0.0
+
+    def collect(self, conversation: Conversation, on_output: OnOutput,
+                frames: queue.Queue[object], exited: threading.Event) -> None:
+        deadline = self.started + self.sandbox.limits.timeout_s
+        ended_at: float | None = None  # when the command (not the capture) ended
+        stream_done = False
+        exited_at: float | None = None
+        while not (stream_done and exited.is_set()):
+            now = time.monotonic()
+            if ended_at is None and conversation.status is not None:
+                ended_at = now
+                deadline = now + CAPTURE_TIMEOUT_S
+            if self.reason is None and self.cancel.is_set() and ended_at is None:
+                self._stop("cancelled")
+            elif self.reason is None and now >= deadline:
+                self._stop("timeout" if ended_at is None else "capture timeout")
+            if exited.is_set() and exited_at is None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > STREAM_GRACE_S:
+                break  # exited, but something keeps the stream open: stop reading
+            if stream_done:
+                exited.wait(POLL_S)  # output is over; only the exit is missing
+                continue
+            try:
+                item = frames.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if item is _EOF:
+                stream_done = True
+                continue
+            stream, data = item  # type: ignore[misc]
+            if stream != 1:
+                continue  # the supervisor writes nothing to stderr; Python's own crash would
+            try:
+                text = conversation.feed(data)
+            except ProtocolError as exc:
+                log.warning("command_id=%s: %s", self.req.command_id, exc)
+                self._stop("protocol error")
+                continue
+            if text:
+                on_output(text)
+        tail = conversation.capper.finish()
+        if tail:
+            on_output(tail)
+        self.duration_s = (ended_at or exited_at or time.monotonic()) - self.started
+        if self.reason == "capture timeout" or self.reason == "protocol error":
+            # The command itself ended: its exit status stands, its files are not saved.
+            self.reason = None
+            conversation.ended = False
+
+    def _stop(self, reason: str) -> None:
+        self.reason = reason
+        self.sandbox._kill(self.container_id)

@@ -63,40 +63,40 @@ def host_config_args(limits: Limits, shell_root: str, volume: str,
     }
 
 
-def container_args(req: RunRequest, shell_root: str, nonce: str, scope: str) -> dict[str, Any]:
-    """Keyword arguments for APIClient.create_container (minus host_config)."""
+def container_args(image: str, labels: dict[str, str], shell_root: str,
+                   command: list[str] | None = None) -> dict[str, Any]:
+    """Keyword arguments for APIClient.create_container (minus host_config).
+
+    The environment holds only our defaults: the command, its cwd and the
+    session's variables reach the supervisor on stdin after the start
+    (sandbox-image/supervisor), so nothing of the tenant's is in the
+    container's configuration.
+    """
     return {
-        "image": req.image,
+        "image": image,
+        "command": command,
         "user": SANDBOX_USER,
         "hostname": "sandbox",
         "stdin_open": True,
-        # detach=False makes docker-py set StdinOnce: our half-close of the
-        # attach socket then reaches the command as EOF.
+        # detach=False makes docker-py set StdinOnce: closing our end of the
+        # attach socket then reaches the supervisor as EOF.
         "detach": False,
         "tty": False,
-        "environment": environment(req, shell_root, nonce),
-        "labels": {
-            LABEL_COMMAND: str(req.command_id),
-            LABEL_SESSION: req.session_id,
-            LABEL_WORKER: req.worker_id,
-            LABEL_SCOPE: scope,
-        },
+        "environment": [f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8", f"HOME={shell_root}"],
+        "labels": labels,
         "working_dir": shell_root,
     }
 
 
-# The session's variables reach the entrypoint under this prefix; it exports
-# them under their own names only after reading the command (sandbox-image/
-# run). Passed as-is they would act on the entrypoint's own start-up: a
-# stored BASH_ENV, SHELLOPTS, LD_LIBRARY_PATH or a PATH with a fake `cat`
-# would stop every later command of the session from running.
-SESSION_ENV_PREFIX = "PG_SHELL_ENV_"
+def command_labels(req: RunRequest, scope: str) -> dict[str, str]:
+    return {
+        LABEL_COMMAND: str(req.command_id),
+        LABEL_SESSION: req.session_id,
+        LABEL_WORKER: req.worker_id,
+        LABEL_SCOPE: scope,
+    }
 
 
-def environment(req: RunRequest, shell_root: str, nonce: str) -> list[str]:
-    """Only the session's env plus our few variables: never os.environ."""
-    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "HOME": shell_root,
-           "PG_SHELL_CWD": req.cwd, "PG_SHELL_NONCE": nonce}
-    env.update((SESSION_ENV_PREFIX + k, v) for k, v in req.env.items()
-               if NAME_RE.match(k) and not is_reserved(k))
-    return [f"{k}={v}" for k, v in env.items()]
+def session_env(env: dict[str, str]) -> dict[str, str]:
+    """The session's variables as the supervisor may export them."""
+    return {k: v for k, v in env.items() if NAME_RE.match(k) and not is_reserved(k)}

@@ -39,6 +39,13 @@ SESSION_LABEL = "pg-shell.session-id"
 # file name, so nothing else (no "/", no leading ".") is accepted.
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 DEFAULT_STATE_DIR = "/var/lib/pg-shell/volumes"
+# Beside the volumes, executor/workspace/cache.py keeps what this host knows
+# about each copy; a copy removed for good takes that knowledge with it.
+INDEX_SUFFIX = ".workspace.json"
+
+
+def index_path(state_dir: str | Path, session_id: str) -> Path:
+    return Path(state_dir) / f"{volume_name(session_id)}{INDEX_SUFFIX}"
 # An engine that went away (its socket is missing while dockerd restarts)
 # raises requests' errors, not docker's: both mean "unreachable, retry".
 UNREACHABLE = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
@@ -69,8 +76,9 @@ class PlainVolumes:
     # user's, on rootful and rootless engines alike.
     seed_from_image = True
 
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, state_dir: str = DEFAULT_STATE_DIR) -> None:
         self._client = client
+        self._dir = Path(state_dir)
 
     def volume_for(self, session_id: str) -> str:
         name = volume_name(session_id)
@@ -104,7 +112,8 @@ class PlainVolumes:
         """Nothing host-wide to give back for a plain volume."""
 
     def remove(self, session_id: str) -> None:
-        """Delete the session's files for good."""
+        """Delete this host's copy of the session's files for good."""
+        index_path(self._dir, session_id).unlink(missing_ok=True)
         _remove_volume(self._client, volume_name(session_id))
 
 
@@ -149,7 +158,8 @@ class LoopVolumes:
                 _run("losetup", "--detach", loop)
 
     def remove(self, session_id: str) -> None:
-        """Delete the session's files for good."""
+        """Delete this host's copy of the session's files for good."""
+        index_path(self._dir, session_id).unlink(missing_ok=True)
         self.release(session_id)
         self.image_path(session_id).unlink(missing_ok=True)
 

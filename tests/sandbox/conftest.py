@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -122,6 +123,17 @@ def session_id() -> str:
     return f"{PREFIX}-{secrets.token_hex(4)}"
 
 
+class NoFiles:
+    """A file receiver that asks for nothing: the run still reports its manifest."""
+
+    def wanted(self, manifest: list[Any]) -> list[str]:
+        return []
+
+    def begin(self, path: str) -> None: ...
+    def data(self, chunk: bytes) -> None: ...
+    def end(self, ok: bool, error: str | None) -> None: ...
+
+
 @dataclass
 class Ran:
     result: RunResult
@@ -147,6 +159,7 @@ def run(
         on_started: Callable[[str], None] | None = None,
         keep: bool = False,
         command_id: int | None = None,
+        files: Any = None,
     ) -> Ran:
         pieces: list[str] = []
         started: list[str] = []
@@ -166,7 +179,8 @@ def run(
             image=image,
         )
         t0 = time.monotonic()
-        result = (box or sandbox).run(req, _started, pieces.append, cancel or threading.Event())
+        result = (box or sandbox).run(req, _started, pieces.append, cancel or threading.Event(),
+                                      files=files)
         elapsed = time.monotonic() - t0
         if not keep:
             (box or sandbox).remove_container(result.container_id)

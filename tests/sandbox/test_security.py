@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+from tests.sandbox.conftest import NoFiles
+
 ROOT = "/home/sandbox"
 
 
@@ -72,13 +74,11 @@ def test_cwd_escape_through_a_symlink_is_rejected(run) -> None:
 
 
 def test_forged_state_report_is_still_validated(run) -> None:
-    # The nonce is readable (/proc/1/environ); forging only gets validated data in.
+    # The shell's own state descriptor is the tenant's to write: a report
+    # written there is only ever validated data.
     forge = (
-        "n=$(tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^PG_SHELL_NONCE=//p');"
-        " trap - EXIT;"
-        " printf '\\0pg-shell-state %s\\n' \"$n\";"
-        " printf '%s\\0' /home/sandbox/../../etc 'BASH_FUNC_x%%=() { :; }';"
-        " printf '\\0pg-shell-end %s\\n' \"$n\""
+        "trap - EXIT;"
+        " printf '%s\\0' /home/sandbox/../../etc 'BASH_FUNC_x%%=() { :; }' >&$__pg_shell_state"
     )
     ran = run(forge, env={"OLD": "1"})
     assert ran.output == ""
@@ -86,6 +86,24 @@ def test_forged_state_report_is_still_validated(run) -> None:
     assert ran.result.env == {"OLD": "1"}
     assert "normalized" in (ran.result.state_note or "")
     assert "invalid variable name" in (ran.result.state_note or "")
+
+
+def test_frames_printed_by_the_command_are_only_output(run) -> None:
+    # A command printing the supervisor's frames (an exit status, a state
+    # report, an end) forges nothing: its output is framed as output.
+    fake = "\\x78\\x00\\x00\\x00\\x0e{\\x22status\\x22: 0}\\x65\\x00\\x00\\x00\\x00"
+    ran = run(f"printf '{fake}'; exit 7")
+    assert ran.result.exit_code == 7
+    assert '"status": 0' in ran.output
+
+
+def test_the_supervisor_cannot_be_read_signalled_or_traced(run) -> None:
+    ran = run("cat /proc/1/environ; echo rc=$?; ls /proc/1/fd; echo rc=$?; kill -INT 1; kill -TERM 1;"
+              " kill -KILL 1; echo still here", files=NoFiles())
+    assert ran.output.count("Permission denied") >= 2
+    assert "still here" in ran.output
+    assert ran.result.exit_code == 0
+    assert ran.result.manifest is not None  # the supervisor lived to scan the files
 
 
 def test_hardening_flags_are_in_docker_inspect(run, docker_client, session_id) -> None:
@@ -116,7 +134,7 @@ def test_hardening_flags_are_in_docker_inspect(run, docker_client, session_id) -
     assert config["User"] == "1000:1000"
     assert config["Hostname"] == "sandbox"
     names = {e.split("=", 1)[0] for e in config["Env"]}
-    assert names <= {"PATH", "LANG", "HOME", "PG_SHELL_CWD", "PG_SHELL_NONCE"}
+    assert names <= {"PATH", "LANG", "HOME"}  # the command, cwd and env arrive on stdin
     labels = config["Labels"]
     assert labels["pg-shell.session-id"] == session_id
     assert labels["pg-shell.command-id"].isdigit()

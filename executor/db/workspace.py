@@ -1,0 +1,46 @@
+"""The workspace's side of the executor contract: blobs and trees in,
+listings, differences and blob chunks out (sql/migrations/0011_workspace.sql)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from executor.db.connection import json_param
+from executor.db.queue import ExecutorDatabase
+
+
+class WorkspaceStore:
+    """Workspace calls over one executor connection (retried like every call)."""
+
+    def __init__(self, db: ExecutorDatabase) -> None:
+        self._db = db
+
+    def missing_blobs(self, digests: list[str]) -> set[str]:
+        if not digests:
+            return set()
+        rows = self._db.call("SELECT h FROM shell.missing_blobs(%s::text[]) AS h", (digests,))
+        return {r["h"] for r in rows}
+
+    def put_blob_chunk(self, digest: str, size: int, chunks: int, seq: int, data: bytes) -> None:
+        self._db.call("SELECT shell.put_blob_chunk(%s, %s, %s, %s, %s)", (digest, size, chunks, seq, data))
+
+    def blob_chunk(self, digest: str, seq: int) -> bytes | None:
+        rows = self._db.call("SELECT shell.blob_chunk(%s, %s) AS data", (digest, seq))
+        data = rows[0]["data"]
+        return None if data is None else bytes(data)
+
+    def put_trees(self, trees: list[list[dict[str, Any]]]) -> list[str]:
+        """Stores trees (children first); returns the hashes the database computed."""
+        if not trees:
+            return []
+        rows = self._db.call("SELECT shell.put_trees(%s) AS hashes", (json_param(trees),))
+        return list(rows[0]["hashes"])
+
+    def listing(self, root: str) -> list[dict[str, Any]]:
+        return self._db.call("SELECT * FROM shell.tree_listing(%s)", (root,))
+
+    def diff(self, old_root: str, new_root: str) -> list[dict[str, Any]]:
+        return self._db.call("SELECT * FROM shell.tree_diff(%s, %s)", (old_root, new_root))
+
+    def complete_upload(self, command_id: int, worker_id: str, attempt: int) -> None:
+        self._db.call("SELECT shell.complete_upload(%s, %s, %s)", (command_id, worker_id, attempt))

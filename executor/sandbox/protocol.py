@@ -1,0 +1,136 @@
+"""The executor's end of the protocol with the sandbox's supervisor.
+
+Pure logic, no docker. sandbox-image/supervisor documents the frames: a type
+byte, a 4-byte big-endian length, a payload. The runner feeds the container's
+stdout into a ``Conversation``, which hands output to the capper, keeps the
+state report and exit status, collects the file manifest, and answers the
+supervisor's one question ("which files do you want?") through the
+``FileReceiver`` it was given. Everything in a frame is tenant data until
+validated (executor/workspace/capture.py for files, state.py for the state).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .output import OutputCapper
+
+HEADER = struct.Struct(">cI")
+MAX_PAYLOAD = 8 * 1024 * 1024  # a manifest batch is well below; output frames are 64 KiB
+KNOWN = frozenset(b"osSxmMfdFre")
+
+
+class ProtocolError(Exception):
+    """The container's stdout broke the frame protocol."""
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return HEADER.pack(kind, len(payload)) + payload
+
+
+def json_frame(kind: bytes, obj: object) -> bytes:
+    return frame(kind, json.dumps(obj, separators=(",", ":")).encode())
+
+
+class FrameDecoder:
+    """Splits a byte stream into (kind, payload) frames, whatever the chunking."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        self._buf += data
+        frames: list[tuple[bytes, bytes]] = []
+        while len(self._buf) >= HEADER.size:
+            kind, length = HEADER.unpack_from(self._buf)
+            if kind[0] not in KNOWN or length > MAX_PAYLOAD:
+                raise ProtocolError(f"bad frame header {bytes(self._buf[:HEADER.size])!r}")
+            if len(self._buf) < HEADER.size + length:
+                break
+            frames.append((kind, bytes(self._buf[HEADER.size:HEADER.size + length])))
+            del self._buf[:HEADER.size + length]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+
+class FileReceiver(Protocol):
+    """What the runner asks about a command's files (executor/workspace/capture.py)."""
+
+    def wanted(self, manifest: list[list[Any]]) -> list[str]: ...
+    def begin(self, path: str) -> None: ...
+    def data(self, chunk: bytes) -> None: ...
+    def end(self, ok: bool, error: str | None) -> None: ...
+
+
+@dataclass
+class Conversation:
+    """One container's frames, as they arrive."""
+
+    capper: OutputCapper
+    files: FileReceiver | None = None
+    reply: Callable[[bytes], None] = lambda _data: None
+    state: bytes | None = None
+    state_overflow: bool = False
+    status: int | None = None
+    manifest: list[list[Any]] = field(default_factory=list)
+    manifest_done: bool = False
+    skipped: list[Any] = field(default_factory=list)
+    restore_error: str | None = None
+    restored: bool = False
+    ended: bool = False
+    _decoder: FrameDecoder = field(default_factory=FrameDecoder)
+
+    def feed(self, data: bytes) -> str:
+        """Returns the output text these bytes carry ('' if none)."""
+        text: list[str] = []
+        for kind, payload in self._decoder.feed(data):
+            if kind == b"o":
+                text.append(self.capper.feed(1, payload))
+            else:
+                self._control(kind, payload)
+        return "".join(text)
+
+    def _control(self, kind: bytes, payload: bytes) -> None:
+        if kind == b"s":
+            self.state = payload
+        elif kind == b"S":
+            self.state_overflow = True
+        elif kind == b"x":
+            self.status = int(_json(payload)["status"])
+        elif kind == b"m":
+            batch = _json(payload)
+            if not isinstance(batch, list):
+                raise ProtocolError("a manifest batch is not a list")
+            self.manifest.extend(batch)
+        elif kind == b"M":
+            self.manifest_done = True
+            self.skipped = list(_json(payload).get("skipped") or [])
+            if self.files is not None:
+                self.reply(json_frame(b"q", {"paths": self.files.wanted(self.manifest)}))
+        elif kind == b"f" and self.files is not None:
+            self.files.begin(str(_json(payload)["path"]))
+        elif kind == b"d" and self.files is not None:
+            self.files.data(payload)
+        elif kind == b"F" and self.files is not None:
+            end = _json(payload)
+            self.files.end(bool(end.get("ok")), end.get("error"))
+        elif kind == b"r":
+            end = _json(payload)
+            self.restored = bool(end.get("ok"))
+            self.restore_error = None if self.restored else str(end.get("error"))
+        elif kind == b"e":
+            self.ended = True
+
+
+def _json(payload: bytes) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError as exc:
+        raise ProtocolError(f"a control frame is not JSON: {exc}") from exc

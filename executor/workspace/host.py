@@ -1,0 +1,66 @@
+"""One executor host's part in the workspace, as the worker uses it: before
+a command, a copy that holds the session's root and a capture ready to
+receive its changes; after it, the new root and what to tell the user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from executor.db.workspace import WorkspaceStore
+from executor.sandbox import RunRequest, RunResult, Sandbox
+
+from .cache import HostCache
+from .capture import Capture, Captured
+from .restore import RestoreFailed, prepare
+
+MAX_NOTED_SKIPS = 5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    root_after: str | None
+    captured: Captured | None
+    note: str | None  # for the command's output: what was not saved, and why
+
+
+class HostFiles:
+    def __init__(self, sandbox: Sandbox, cache_dir: str, max_bytes: int) -> None:
+        self._sandbox = sandbox
+        self._cache = HostCache(cache_dir)
+        self._max_bytes = max_bytes
+
+    def prepare(self, store: WorkspaceStore, req: RunRequest, root: str | None) -> Capture:
+        """Restores the copy if needed (RestoreFailed, SandboxError), then
+        distrusts it: from here on only a commit vouches for it."""
+        def restorer(header, tar):  # type: ignore[no-untyped-def]
+            return self._sandbox.restore(req, header, tar)
+
+        try:
+            index = prepare(store, self._cache, req.session_id, root, restorer)
+        except RestoreFailed:
+            # An incremental update that did not add up: rebuild from nothing.
+            self._cache.forget(req.session_id)
+            index = prepare(store, self._cache, req.session_id, root, restorer)
+        self._cache.forget(req.session_id)
+        return Capture(store, index, self._max_bytes)
+
+    def finish(self, capture: Capture, result: RunResult, root_before: str | None) -> Outcome:
+        """The root the command leaves (its trees stored), or the one it
+        started from when its files cannot be saved."""
+        captured = capture.commit_trees() if result.manifest is not None else None
+        notes = []
+        if result.manifest is None:
+            notes.append("files not saved: the command did not finish" if result.reason
+                         else "files not saved: the scan of the home did not finish")
+        elif captured is None:
+            notes.append(f"files not saved: {capture.failure}")
+        for path, why in result.skipped[:MAX_NOTED_SKIPS]:
+            notes.append(f"not saved: {path} ({why})")
+        if len(result.skipped) > MAX_NOTED_SKIPS:
+            notes.append(f"not saved: {len(result.skipped) - MAX_NOTED_SKIPS} more entries")
+        return Outcome(captured.root if captured else root_before, captured, "; ".join(notes) or None)
+
+    def committed(self, session_id: str, outcome: Outcome) -> None:
+        """The new root is the session's: the copy holds it."""
+        if outcome.captured is not None:
+            self._cache.save(session_id, outcome.captured.index)

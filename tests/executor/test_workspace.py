@@ -1,0 +1,127 @@
+"""A session's files live in PostgreSQL: captured after each command, restored
+on any host, forked and replayed with the session (DESIGN.md §9). Through
+the real daemon and the SQL API."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.fixtures_stack import remove_session_volumes
+from tests.support import call, one
+
+ROOT = "/home/sandbox"
+
+
+@pytest.fixture
+def daemon(make_daemon):
+    # A short time limit: one test needs a command that never commits.
+    return make_daemon(PG_SHELL_TIMEOUT_S="3").start()
+
+
+def files(shell, command_id: int | None = None) -> dict[str, dict]:
+    rows = call(shell.conn, "SELECT * FROM shell_api.session_files(%s, %s)", (shell.session_id, command_id))
+    return {r["path"]: r for r in rows}
+
+
+def read(shell, path: str, command_id: int | None = None) -> bytes:
+    return bytes(one(shell.conn, "SELECT shell_api.read_file(%s, %s, %s)", (shell.session_id, path, command_id)))
+
+
+def changes(shell, command_id: int) -> set[tuple[str, str]]:
+    rows = call(shell.conn, "SELECT * FROM shell_api.command_changes(%s)", (command_id,))
+    return {(r["path"], r["change"]) for r in rows}
+
+
+def test_files_directories_symlinks_and_modes_are_stored(daemon, shell):
+    row = shell.run("mkdir -p src/empty && printf 'print(1)\\n' > src/main.py && chmod 750 src/main.py"
+                    " && ln -s src/main.py link && ln -s /etc/passwd outside && printf '' > empty")
+    assert row["status"] == "done", row["output"]
+    stored = files(shell)
+    assert stored["src"]["kind"] == "dir" and stored["src/empty"]["kind"] == "dir"
+    assert (stored["src/main.py"]["kind"], stored["src/main.py"]["mode"], stored["src/main.py"]["size"]) == (
+        "file", 0o750, 9)
+    assert (stored["link"]["kind"], stored["link"]["target"]) == ("symlink", "src/main.py")
+    assert stored["outside"]["target"] == "/etc/passwd"  # a link is stored, never followed
+    assert stored["empty"]["size"] == 0
+    assert read(shell, "src/main.py") == b"print(1)\n"
+    assert read(shell, "empty") == b""
+    assert row["root_after"] != row["root_before"]
+    assert one(shell.conn, "SELECT root FROM shell.sessions WHERE id = %s", (shell.session_id,)) == row["root_after"]
+
+
+def test_deletions_renames_and_odd_names_are_captured(daemon, shell):
+    shell.run("mkdir -p a/b && echo 1 > a/b/one && echo 2 > two && echo 3 > 'with space'"
+              " && echo 4 > \"$(printf 'new\\nline')\"")
+    row = shell.run("mv a renamed && rm two && mv 'with space' 'still with space'")
+    assert row["status"] == "done", row["output"]
+    stored = files(shell)
+    assert "a" not in stored and "two" not in stored and "with space" not in stored
+    assert read(shell, "renamed/b/one") == b"1\n"
+    assert read(shell, "still with space") == b"3\n"
+    assert read(shell, "new\nline") == b"4\n"
+    assert {("a", "deleted"), ("a/b/one", "deleted"), ("renamed", "added"), ("renamed/b/one", "added"),
+            ("two", "deleted"), ("still with space", "added")} <= changes(shell, row["id"])
+
+
+def test_a_command_that_changes_nothing_keeps_the_root(daemon, shell):
+    first = shell.run("echo data > f")
+    row = shell.run("cat f")
+    assert row["root_before"] == row["root_after"] == first["root_after"]
+    assert changes(shell, row["id"]) == set()
+
+
+def test_fork_starts_with_the_files_right_after_its_command(daemon, shell, make_shell):
+    made = shell.run("mkdir w && cd w && echo v1 > f")
+    shell.run("echo v2 > f && touch later")
+    fork_id = one(shell.conn, "SELECT shell_api.fork_session(%s)", (made["id"],))
+    fork = make_shell("alice")
+    fork.session_id = fork_id
+    row = fork.run("pwd; cat f; ls")
+    assert row["output"] == f"{ROOT}/w\nv1\nf\n", row["output"]
+
+
+def test_replay_from_the_middle_starts_from_the_files_its_command_started_from(daemon, shell, make_shell):
+    shell.run("mkdir d && cd d && echo start > log")
+    second = shell.run("echo more >> log && cat log")
+    shell.run("echo end >> log")
+    replay_id = one(shell.conn, "SELECT shell_api.replay_session(%s, %s)", (shell.session_id, second["id"]))
+    replay = make_shell("alice")
+    replay.session_id = replay_id
+    ids = [r["id"] for r in call(replay.conn, "SELECT id FROM shell.commands WHERE session_id = %s ORDER BY id",
+                                 (replay_id,))]
+    rows = [replay.wait(i) for i in ids]
+    assert rows[0]["output"] == second["output"] == "start\nmore\n"
+    assert read(replay, "d/log") == b"start\nmore\nend\n"
+
+
+def test_a_host_whose_copy_is_gone_restores_the_session(daemon, shell, docker_client):
+    shell.run("mkdir -p x/y && echo kept > x/y/f && ln -s x/y/f l && chmod 700 x")
+    # This host loses its copy (a new host, or a disk replaced): volume and index.
+    daemon.stop()
+    volumes_dir = daemon.env["PG_SHELL_VOLUMES_DIR"]
+    remove_session_volumes(docker_client, volumes_dir)
+    shutil.rmtree(volumes_dir, ignore_errors=True)
+    daemon.start()
+    row = shell.run("cat x/y/f; readlink l; stat -c %a x")
+    assert row["output"] == "kept\nx/y/f\n700\n", row["output"]
+
+
+def test_a_copy_changed_behind_the_database_is_not_trusted(daemon, shell):
+    shell.run("echo committed > f")
+    # A command that never commits (killed by its time limit) may have
+    # changed the copy; the next command must see the committed files.
+    row = shell.run("echo uncommitted > f; rm -f g; sleep 600", timeout=120)
+    assert row["reason"] == "timeout"
+    assert shell.run("cat f")["output"] == "committed\n"
+
+
+def test_upload_is_seen_by_the_next_command_and_history_orders_it(daemon, shell):
+    shell.run("echo before")
+    upload_id = one(shell.conn, "SELECT shell_api.upload_file(%s, 'in/data.txt', %s, 384)",
+                    (shell.session_id, b"uploaded\n"))
+    row = shell.run("cat in/data.txt; stat -c %a in/data.txt")
+    assert row["output"] == "uploaded\n600\n"
+    assert upload_id < row["id"]
+    assert changes(shell, upload_id) == {("in", "added"), ("in/data.txt", "added")}
