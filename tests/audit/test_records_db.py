@@ -28,7 +28,8 @@ def _record(signer: Signer, row: dict, **changes) -> str:
         truncated=False, output_sha256=sha256_hex("hi\n"), cwd_before=row["cwd_before"],
         env_before=row["env_before"], cwd_after="/home/sandbox/x", env_after={"A": "1"},
         image_digest="sha256:test", worker_id="w1", attempt=1, duration_ms=5,
-        started_at="2024-01-01T00:00:00.000000Z", finished_at="2024-01-01T00:00:01.000000Z")
+        started_at="2024-01-01T00:00:00.000000Z", finished_at="2024-01-01T00:00:01.000000Z",
+        root_before=row["root_before"], root_after=row["root_before"])
     fields.update(changes)
     return result_record(**fields)
 

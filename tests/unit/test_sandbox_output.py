@@ -1,4 +1,4 @@
-"""Output capping, incremental decoding and state-marker extraction (pure)."""
+"""Output capping and incremental decoding (pure)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor.sandbox.output import (
-    MAX_STATE_BYTES,
-    STDERR,
-    STDOUT,
-    OutputCapper,
-    StateExtractor,
-    state_end_marker,
-    state_marker,
-    truncation_notice,
-)
-
-NONCE = "0123abcd"
+from executor.sandbox.output import STDERR, STDOUT, OutputCapper, truncation_notice
 
 
 def feed_all(capper: OutputCapper, frames: list[tuple[int, bytes]]) -> str:
@@ -72,49 +61,3 @@ def test_any_split_decodes_like_the_whole(data: bytes, cap: int, seed: int) -> N
     if small.truncated:
         assert out.endswith(truncation_notice(cap))
 
-
-def extract(frames: list[bytes]) -> tuple[bytes, bytes | None]:
-    ex = StateExtractor(NONCE)
-    out = b"".join(ex.feed(f) for f in frames) + ex.finish()
-    return out, ex.state_bytes()
-
-
-def test_marker_is_cut_out_and_state_kept() -> None:
-    out, state = extract([b"hello\n" + state_marker(NONCE) + b"/x\0A=1\0" + state_end_marker(NONCE)])
-    assert (out, state) == (b"hello\n", b"/x\0A=1\0")
-
-
-def test_a_report_without_its_end_marker_is_no_report() -> None:
-    assert extract([state_marker(NONCE) + b"/x\0"]) == (b"", None)
-
-
-def test_marker_split_across_every_position_is_found() -> None:
-    stream = b"out" + state_marker(NONCE) + b"/x\0" + state_end_marker(NONCE)
-    for i in range(len(stream) + 1):
-        for j in range(i, len(stream) + 1):
-            assert extract([stream[:i], stream[i:j], stream[j:]]) == (b"out", b"/x\0")
-
-
-def test_marker_with_another_nonce_is_output() -> None:
-    fake = state_marker("ffffffff") + b"{}\n"
-    assert extract([b"a", fake]) == (b"a" + fake, None)
-
-
-def test_partial_marker_at_end_is_released_as_output() -> None:
-    partial = state_marker(NONCE)[:7]
-    assert extract([b"x", partial]) == (b"x" + partial, None)
-
-
-def test_ordinary_text_is_not_held_back() -> None:
-    ex = StateExtractor(NONCE)
-    assert ex.feed(b"line one\n") == b"line one\n"
-    assert ex.feed(b"no newline") == b"no newline"
-
-
-def test_oversized_state_is_flagged_and_bounded() -> None:
-    ex = StateExtractor(NONCE)
-    ex.feed(state_marker(NONCE))
-    for _ in range(3):
-        ex.feed(b"x" * MAX_STATE_BYTES)
-    assert ex.state_overflow is True
-    assert ex.state_bytes() is None

@@ -1,0 +1,93 @@
+"""The workspace's SQL (0011_workspace): tree hashes agree with the
+executor's, stored trees must be complete, and the tenant API keeps to the
+caller's own session and the session's own tree."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg2
+import pytest
+
+from executor.workspace.tree import EMPTY_TREE, tree_hash
+from tests.db.claim_support import new_tenant, raises_sqlstate, superuser
+from tests.support import call, connect_as, executor, one
+
+BLOB = "ab" * 32
+
+
+def test_sql_and_python_hash_trees_alike(db):
+    su = superuser(db)
+    entries = [
+        {"name": "ünï code", "kind": "file", "mode": 0o644, "size": 3, "object": BLOB, "target": None},
+        {"name": "new\nline", "kind": "symlink", "mode": 0o777, "size": 0, "object": None, "target": "../x y"},
+        {"name": "B", "kind": "dir", "mode": 0o700, "size": 0, "object": EMPTY_TREE, "target": None},
+        {"name": "a", "kind": "file", "mode": 0o600, "size": 0, "object": BLOB, "target": None},
+    ]
+    assert one(su, "SELECT shell.tree_hash(%s::jsonb)", (json.dumps(entries),)) == tree_hash(entries)
+    assert one(su, "SELECT shell.empty_tree()") == EMPTY_TREE
+
+
+def test_a_tree_is_stored_only_when_what_it_refers_to_is(db):
+    ex = executor(db)
+    missing = [{"name": "f", "kind": "file", "mode": 420, "size": 3, "object": BLOB, "target": None}]
+    with raises_sqlstate("22023", "refers to nothing stored"):
+        one(ex, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([missing]),))
+    digest = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"  # sha256("hello")
+    one(ex, "SELECT shell.put_blob_chunk(%s, 5, 1, 0, %s)", (digest, b"hello"))
+    good = [{**missing[0], "object": digest, "size": 5}]
+    wrong_size = [{**missing[0], "object": digest, "size": 4}]
+    with raises_sqlstate("22023"):
+        one(ex, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([wrong_size]),))
+    assert one(ex, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([good, good]),)) == [tree_hash(good)] * 2
+
+
+def test_tenants_reach_only_their_own_files(db):
+    alice, bob = new_tenant(db, "alice"), new_tenant(db, "bob")
+    mine = alice.session()
+    one(alice.conn, "SELECT shell_api.upload_file(%s, 'secret', %s)", (mine, b"alice's"))
+    assert bytes(one(alice.conn, "SELECT shell_api.read_file(%s, 'secret')", (mine,))) == b"alice's"
+    for sql in ("SELECT shell_api.read_file(%s, 'secret')", "SELECT * FROM shell_api.session_files(%s)",
+                "SELECT shell_api.upload_file(%s, 'x', '\\x00')"):
+        with raises_sqlstate("22023", "session not found"):
+            call(bob.conn, sql, (mine,))
+    upload = one(su := superuser(db), "SELECT max(id) FROM shell.commands")
+    with raises_sqlstate("22023", "command not found"):
+        call(bob.conn, "SELECT * FROM shell_api.command_changes(%s)", (upload,))
+    anon = connect_as(db, "shell_user", {"role": "shell_user"})
+    with raises_sqlstate("42501"):
+        call(anon, "SELECT shell_api.read_file(%s, 'secret')", (mine,))
+    with pytest.raises(psycopg2.Error):  # the tables themselves are not the tenant's to read
+        call(alice.conn, "SELECT * FROM shell.blob_chunks")
+    su.close()
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../secret", "a/../../secret", "a//b", "", "./x", "x/"])
+def test_paths_outside_the_home_are_refused(db, path):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    with raises_sqlstate("22023", "invalid path"):
+        call(alice.conn, "SELECT shell_api.read_file(%s, %s)", (session, path))
+    with raises_sqlstate("22023", "invalid path"):
+        call(alice.conn, "SELECT shell_api.upload_file(%s, %s, 'x')", (session, path))
+
+
+def test_uploads_past_the_quota_store_nothing(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    su = superuser(db)
+    su.cursor().execute("UPDATE shell.users SET max_file_bytes = 10 WHERE username = 'alice'")
+    one(alice.conn, "SELECT shell_api.upload_file(%s, 'a', %s)", (session, b"12345678"))
+    blobs = one(su, "SELECT count(*) FROM shell.blobs")
+    with raises_sqlstate("PT413", "files quota"):
+        call(alice.conn, "SELECT shell_api.upload_file(%s, 'b', %s)", (session, b"12345"))
+    assert one(su, "SELECT count(*) FROM shell.blobs") == blobs
+    assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)", (session,))] == ["a"]
+
+
+def test_an_upload_waits_for_an_idle_session(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    alice.submit(session, "sleep 1")
+    with raises_sqlstate("PT409", "busy"):
+        call(alice.conn, "SELECT shell_api.upload_file(%s, 'a', 'x')", (session,))

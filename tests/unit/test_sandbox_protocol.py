@@ -1,0 +1,80 @@
+"""The executor's end of the supervisor protocol (pure): frames survive any
+chunking, output is capped, control frames are parsed, bad frames refused."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from executor.sandbox.output import OutputCapper
+from executor.sandbox.protocol import (
+    Conversation,
+    FrameDecoder,
+    ProtocolError,
+    frame,
+    json_frame,
+)
+
+
+def chunked(data: bytes, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, 8)))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+
+@given(st.lists(st.binary(max_size=200), max_size=10), st.integers(0, 2**32))
+def test_frames_come_out_whole_however_the_stream_is_cut(payloads: list[bytes], seed: int) -> None:
+    stream = b"".join(frame(b"o", p) for p in payloads)
+    decoder = FrameDecoder()
+    got = [f for piece in chunked(stream, seed) for f in decoder.feed(piece)]
+    assert got == [(b"o", p) for p in payloads]
+    assert decoder.pending == 0
+
+
+def test_an_unknown_frame_type_or_a_huge_length_is_refused() -> None:
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(b"Z\x00\x00\x00\x01x")
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(b"o\x7f\xff\xff\xff")
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.asked: list[list] = []
+        self.files: dict[str, bytes] = {}
+        self._path = ""
+
+    def wanted(self, manifest: list[list]) -> list[str]:
+        self.asked.append(manifest)
+        return [e[0] for e in manifest if e[1] == "file"]
+
+    def begin(self, path: str) -> None:
+        self._path = path
+        self.files[path] = b""
+
+    def data(self, chunk: bytes) -> None:
+        self.files[self._path] += chunk
+
+    def end(self, ok: bool, error: str | None) -> None:
+        assert ok, error
+
+
+def test_a_whole_conversation() -> None:
+    replies: list[bytes] = []
+    receiver = Receiver()
+    talk = Conversation(OutputCapper(5), receiver, replies.append)
+    manifest = [["d", "dir", 0o755, 0, 1, 2, None], ["d/f", "file", 0o644, 3, 3, 4, None]]
+    stream = (frame(b"o", b"hello world") + frame(b"s", b"/home/sandbox\0A=1\0")
+              + json_frame(b"x", {"status": 3}) + json_frame(b"m", manifest)
+              + json_frame(b"M", {"entries": 2, "skipped": [["p", "fifo"]]})
+              + json_frame(b"f", {"path": "d/f"}) + frame(b"d", b"abc") + json_frame(b"F", {"ok": True})
+              + frame(b"e"))
+    out = "".join(talk.feed(piece) for piece in chunked(stream, 7))
+    assert out.startswith("hello") and talk.capper.truncated
+    assert (talk.state, talk.status, talk.ended) == (b"/home/sandbox\0A=1\0", 3, True)
+    assert talk.manifest == manifest and talk.skipped == [["p", "fifo"]]
+    assert replies == [json_frame(b"q", {"paths": ["d/f"]})]
+    assert receiver.files == {"d/f": b"abc"}
