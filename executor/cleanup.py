@@ -31,6 +31,9 @@ from executor.signing import Signer
 
 log = logging.getLogger(__name__)
 SESSIONS_PER_PAGE = 100
+# Trees and blobs stored for a command that has not completed yet are not
+# reached by anything: they are kept this long before retention may take them.
+FILES_GRACE = datetime.timedelta(hours=1)
 
 
 @dataclass
@@ -39,6 +42,8 @@ class RoundResult:
     sessions_trimmed: int = 0
     volumes_removed: int = 0
     loops_released: int = 0
+    trees_removed: int = 0
+    blobs_removed: int = 0
 
 
 class Cleanup:
@@ -58,12 +63,14 @@ class Cleanup:
         conn = self._connect()
         try:
             self._remove_old_history(conn, result)
+            result.trees_removed, result.blobs_removed = retention.collect_files(conn, FILES_GRACE)
             if self._sandbox is not None:
                 self._tidy_volumes(conn, result)
         finally:
             conn.close()
-        log.info("cleanup round: removed %d commands from %d sessions, %d volumes, "
-                 "released %d loop devices", result.commands_removed, result.sessions_trimmed,
+        log.info("cleanup round: removed %d commands from %d sessions, %d trees and %d blobs no "
+                 "one reaches, %d volumes; released %d loop devices", result.commands_removed,
+                 result.sessions_trimmed, result.trees_removed, result.blobs_removed,
                  result.volumes_removed, result.loops_released)
         return result
 
@@ -143,11 +150,14 @@ class Cleanup:
 
     @staticmethod
     def _retrying(stop_condition: tenacity.stop.stop_base, stop: threading.Event) -> tenacity.Retrying:
+        def sleep(seconds: float) -> None:
+            stop.wait(seconds)  # a stop request ends the wait early
+
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type((DatabaseUnavailable, EngineUnavailable)),
             wait=tenacity.wait_exponential(multiplier=0.5, max=30),
             stop=stop_condition,
-            sleep=stop.wait,
+            sleep=sleep,
             before_sleep=lambda s: log.warning(
                 "cleanup waits for PostgreSQL / the engine (attempt %d): %s", s.attempt_number,
                 s.outcome.exception() if s.outcome else ""),

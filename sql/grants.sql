@@ -96,6 +96,7 @@ GRANT EXECUTE ON FUNCTION
     shell.retention_plan(uuid, timestamptz, integer),
     shell.apply_retention(uuid, bigint[], bigint, text, bigint, text, text, text),
     shell.idle_sessions(uuid[], timestamptz),
+    shell.collect_files(interval),
     shell.usage_report(text, timestamptz),
     -- image rollout (`pg-shell image promote|list|prune`)
     shell.promote_image(text),

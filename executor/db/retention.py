@@ -40,3 +40,11 @@ def idle_sessions(conn: Connection, session_ids: list[str], idle_before: datetim
     rows = query(conn, "SELECT s::text AS id FROM shell.idle_sessions(%s::uuid[], %s) AS s",
                  (session_ids, idle_before))
     return {r["id"] for r in rows}
+
+
+def collect_files(conn: Connection, grace: datetime.timedelta) -> tuple[int, int]:
+    """Deletes trees and blobs nothing retained reaches; returns how many of each."""
+    with transaction(conn) as cur:
+        cur.execute("SELECT * FROM shell.collect_files(%s)", (grace,))
+        row = cur.fetchone()
+        return int(row["trees"]), int(row["blobs"])

@@ -91,7 +91,9 @@ DECLARE
     h text := shell.tree_hash(p_entries);
     bad jsonb;
 BEGIN
-    IF EXISTS (SELECT FROM shell.trees t WHERE t.hash = h) THEN
+    -- Found again: renewed, so retention's grace period protects it too.
+    UPDATE shell.trees t SET created_at = now() WHERE t.hash = h;
+    IF FOUND THEN
         RETURN h;
     END IF;
     SELECT e INTO bad FROM jsonb_array_elements(p_entries) e
@@ -128,9 +130,11 @@ LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
     FROM jsonb_array_elements(p_trees) WITH ORDINALITY AS t(entries, n)
 $$;
 
--- Which of these blobs are not (completely) stored yet.
+-- Which of these blobs are not (completely) stored yet. The ones that are
+-- get renewed: the executor is about to refer to them.
 CREATE FUNCTION shell.missing_blobs(p_sha256 text[]) RETURNS SETOF text
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = '' AS $$
+    UPDATE shell.blobs b SET created_at = now() WHERE b.sha256 = ANY (p_sha256);
     SELECT h FROM unnest(p_sha256) h
     WHERE NOT EXISTS (SELECT FROM shell.blobs b WHERE b.sha256 = h
                       AND (SELECT count(*) FROM shell.blob_chunks k WHERE k.sha256 = h) = b.chunks)
@@ -791,5 +795,36 @@ BEGIN
     PERFORM shell.chain_result(new_id);
     UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
     RETURN new_id;
+END
+$$;
+
+-- Retention of files: trees and blobs that nothing retained reaches any
+-- more (no session's root, no remaining command's roots, no pending
+-- upload) are deleted. A grace period protects what an executor stored for
+-- a command that has not completed yet; storing or finding an object again
+-- renews it (put_tree, missing_blobs), so nothing is collected while a
+-- command is about to refer to it.
+CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '1 hour', OUT trees bigint, OUT blobs bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    CREATE TEMPORARY TABLE reachable_trees ON COMMIT DROP AS
+    WITH RECURSIVE reach (hash) AS (
+        SELECT s.root FROM shell.sessions s WHERE s.root IS NOT NULL
+        UNION
+        SELECT r.root FROM shell.commands c, LATERAL (VALUES (c.root_before), (c.root_after)) r(root)
+        WHERE r.root IS NOT NULL
+        UNION
+        SELECT e.object FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash WHERE e.kind = 'dir'
+    )
+    SELECT hash FROM reach;
+    DELETE FROM shell.trees t
+    WHERE t.created_at < now() - p_grace AND t.hash <> shell.empty_tree()
+      AND NOT EXISTS (SELECT FROM reachable_trees r WHERE r.hash = t.hash);
+    GET DIAGNOSTICS trees = ROW_COUNT;
+    DELETE FROM shell.blobs b
+    WHERE b.created_at < now() - p_grace
+      AND NOT EXISTS (SELECT FROM shell.tree_entries e WHERE e.object = b.sha256 AND e.kind = 'file')
+      AND NOT EXISTS (SELECT FROM shell.commands c WHERE c.upload ->> 'sha256' = b.sha256);
+    GET DIAGNOSTICS blobs = ROW_COUNT;
 END
 $$;

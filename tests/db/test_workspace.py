@@ -91,3 +91,25 @@ def test_an_upload_waits_for_an_idle_session(db):
     alice.submit(session, "sleep 1")
     with raises_sqlstate("PT409", "busy"):
         call(alice.conn, "SELECT shell_api.upload_file(%s, 'a', 'x')", (session,))
+
+
+def test_retention_removes_only_what_nothing_retained_reaches(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    su = superuser(db)
+    first = one(alice.conn, "SELECT shell_api.upload_file(%s, 'd/old', %s)", (session, b"old"))
+    second = one(alice.conn, "SELECT shell_api.upload_file(%s, 'd/old', %s)", (session, b"new"))
+    fork = one(alice.conn, "SELECT shell_api.fork_session(%s)", (first,))
+    # Both history entries are retained (their roots reach "old"), and the
+    # fork's root too: nothing may go yet.
+    assert call(su, "SELECT * FROM shell.collect_files('0')") == [{"trees": 0, "blobs": 0}]
+    # Without the entries and the fork, "old" and its trees are unreachable.
+    su.cursor().execute("UPDATE shell.sessions SET forked_from_command_id = NULL, root = NULL WHERE id = %s",
+                        (fork,))
+    su.cursor().execute("DELETE FROM shell.commands WHERE id IN (%s, %s)", (first, second))
+    result = call(su, "SELECT * FROM shell.collect_files('0')")[0]
+    assert result["blobs"] == 1 and result["trees"] >= 2
+    assert bytes(one(alice.conn, "SELECT shell_api.read_file(%s, 'd/old')", (session,))) == b"new"
+    # Within the grace period, nothing is taken.
+    one(alice.conn, "SELECT shell_api.upload_file(%s, 'd/old', %s)", (session, b"newer"))
+    assert call(su, "SELECT * FROM shell.collect_files('1 hour')") == [{"trees": 0, "blobs": 0}]
