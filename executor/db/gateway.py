@@ -29,13 +29,14 @@ SELECT p.proname AS name,
        p.provolatile IN ('s', 'i') AS read_only,
        p.proretset AS returns_set,
        format_type(p.prorettype, NULL) AS return_type,
+       format_type(coalesce(nullif(rt.typbasetype, 0), p.prorettype), NULL) AS return_base_type,
        p.pronargdefaults AS defaults,
        coalesce((SELECT array_agg(a.name ORDER BY a.ord)
                  FROM unnest(p.proargnames, coalesce(p.proargmodes, array_fill('i'::"char", ARRAY[p.pronargs])))
                       WITH ORDINALITY AS a(name, mode, ord)
                  WHERE a.mode IN ('i', 'b', 'v')), '{}') AS arg_names,
        array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t) AS arg_types
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_type rt ON rt.oid = p.prorettype
 WHERE n.nspname = %s
 """
 
@@ -46,6 +47,7 @@ class RpcFunction:
     read_only: bool
     returns_set: bool
     return_type: str
+    return_base_type: str  # the type a domain is over, else return_type
     arg_names: tuple[str, ...]
     arg_types: tuple[str, ...]
     defaults: int
@@ -57,6 +59,12 @@ class RpcFunction:
     @property
     def returns_html(self) -> bool:
         return self.return_type == HTML_TYPE
+
+    @property
+    def returns_bytes(self) -> bool:
+        """A scalar bytea (or a domain over it, as PostgREST's media type
+        handlers declare one): served raw when application/octet-stream is asked for."""
+        return self.return_base_type == "bytea" and not self.returns_set
 
 
 class GatewayDatabase:
@@ -91,7 +99,8 @@ class GatewayDatabase:
             cur.execute(_CATALOG, (API_SCHEMA,))
             return {
                 r["name"]: RpcFunction(r["name"], r["read_only"], r["returns_set"], r["return_type"],
-                                       tuple(r["arg_names"]), tuple(r["arg_types"]), r["defaults"])
+                                       r["return_base_type"], tuple(r["arg_names"]), tuple(r["arg_types"]),
+                                       r["defaults"])
                 for r in cur.fetchall()
             }
         return self._run(read)
@@ -126,7 +135,10 @@ class GatewayDatabase:
                         (role, json.dumps(claims) if claims is not None else "", STATEMENT_TIMEOUT))
             cur.execute(sql, values)
             rows = cur.fetchall()
-            return [dict(r) for r in rows] if fn.returns_set else rows[0]["result"]
+            if fn.returns_set:
+                return [dict(r) for r in rows]
+            result = rows[0]["result"]
+            return bytes(result) if isinstance(result, memoryview) else result  # bytea
         return self._run(invoke)
 
 

@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from executor import metrics
 from executor.db.gateway import API_SCHEMA, GatewayDatabase, RpcFunction
 from executor.errors import DatabaseError
+from executor.gateway import media
 from executor.gateway.auth import AuthError, Identity, identify
 from executor.gateway.live import ChangeFeed
 from executor.gateway.metrics_route import metrics_endpoint, read_queue_depth
@@ -53,6 +54,8 @@ _PREFER_WAIT = re.compile(r"\bwait=(\d+)")
 def _json_default(value: Any) -> Any:
     if isinstance(value, (datetime.datetime, datetime.date)):
         return value.isoformat()
+    if isinstance(value, (bytes, memoryview)):
+        return "\\x" + bytes(value).hex()  # bytea as to_json writes it (PostgreSQL's hex format)
     if isinstance(value, (uuid.UUID, decimal.Decimal)):
         return str(value)
     raise TypeError(f"cannot serialize {type(value).__name__}")
@@ -116,8 +119,12 @@ class Gateway:
         except DatabaseError as exc:
             status = http_status(exc.sqlstate, identity.authenticated)
             return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail, exc.hint)
-        if fn.returns_html and "text/html" in request.headers.get("accept", ""):
+        offered = {media.HTML} if fn.returns_html else {media.OCTET_STREAM} if fn.returns_bytes else set()
+        chosen = media.preferred(request.headers.get("accept"), offered)
+        if chosen == media.HTML:
             return HTMLResponse(result or "")
+        if chosen == media.OCTET_STREAM:
+            return Response(result or b"", media_type=media.OCTET_STREAM)
         return json_response(result)
 
     async def _arguments(self, request: Request) -> dict[str, Any]:

@@ -217,6 +217,75 @@ def test_html_functions_answer_raw_html_when_asked_and_a_json_string_otherwise(h
     assert listed.headers["content-type"].startswith("application/json")
 
 
+EVERY_BYTE = bytes(range(256))  # NUL and bytes that are not UTF-8 among them
+
+
+def test_bytea_goes_in_as_postgresql_text_and_comes_out_raw_when_asked_and_as_hex_json_otherwise(http, token):
+    session = new_session(http, token)
+    upload = rpc(http, "upload_file", token, p_session_id=session, p_path="bin/every",
+                 p_content="\\x" + EVERY_BYTE.hex())
+    assert upload.status_code == 200, upload.text
+    assert isinstance(upload.json(), int)
+    args = {"p_session_id": session, "p_path": "bin/every"}
+    raw = http.post("/rpc/read_file", json=args, headers={**bearer(token), "Accept": "application/octet-stream"})
+    assert (raw.status_code, raw.headers["content-type"], raw.content) == (
+        200, "application/octet-stream", EVERY_BYTE)
+    as_json = rpc(http, "read_file", token, **args)
+    assert as_json.headers["content-type"].startswith("application/json")
+    assert as_json.json() == "\\x" + EVERY_BYTE.hex()
+    # read_file is stable: GET with query parameters serves the same bytes.
+    got = http.get("/rpc/read_file", params=args, headers={**bearer(token), "Accept": "application/octet-stream"})
+    assert (got.status_code, got.content) == (200, EVERY_BYTE)
+    # PostgreSQL's escape format is bytea input too, in a form body as in JSON.
+    form = http.post("/rpc/upload_file", data={"p_session_id": session, "p_path": "escaped", "p_content": "a\\000b"},
+                     headers=bearer(token))
+    assert form.status_code == 200, form.text
+    assert rpc(http, "read_file", token, p_session_id=session, p_path="escaped").json() == "\\x610062"
+    listed = rpc(http, "session_files", token, p_session_id=session).json()
+    assert [(f["path"], f["kind"], f["size"]) for f in listed] == [
+        ("bin", "dir", 256), ("bin/every", "file", 256), ("escaped", "file", 3)]
+
+
+def test_raw_bytes_are_negotiated_by_the_accept_header_as_postgrest_does(http, token):
+    session = new_session(http, token)
+    rpc(http, "upload_file", token, p_session_id=session, p_path="f", p_content="\\x00ff")
+    served = {}
+    for accept in ["application/octet-stream", "application/octet-stream, application/json;q=0.5",
+                   "application/json;q=0.5, application/octet-stream", "application/json, application/octet-stream",
+                   "*/*", "application/octet-stream;q=0, */*", "image/png"]:
+        answer = http.post("/rpc/read_file", json={"p_session_id": session, "p_path": "f"},
+                           headers={**bearer(token), "Accept": accept})
+        assert answer.status_code == 200, answer.text
+        served[accept] = answer.headers["content-type"].split(";")[0], answer.content
+    raw, hex_json = ("application/octet-stream", b"\x00\xff"), ("application/json", b'"\\\\x00ff"')
+    assert served == {
+        "application/octet-stream": raw,
+        "application/octet-stream, application/json;q=0.5": raw,
+        "application/json;q=0.5, application/octet-stream": raw,
+        "application/json, application/octet-stream": hex_json,  # equal q: the first listed wins
+        "*/*": hex_json,
+        "application/octet-stream;q=0, */*": hex_json,
+        "image/png": hex_json,  # nothing offered: JSON (PostgREST would say 415)
+    }
+    # Errors stay JSON bodies, and a function that returns no bytea stays JSON.
+    missing = http.post("/rpc/read_file", json={"p_session_id": session, "p_path": "nope"},
+                        headers={**bearer(token), "Accept": "application/octet-stream"})
+    assert missing.status_code == 400
+    assert error(missing)["message"] == "no such file: nope"
+    listed = http.post("/rpc/list_sessions", headers={**bearer(token), "Accept": "application/octet-stream"})
+    assert listed.headers["content-type"].startswith("application/json")
+    assert [s["id"] for s in listed.json()] == [session]
+
+
+def test_bytea_input_that_postgresql_cannot_read_is_400_with_its_message(http, token):
+    session = new_session(http, token)
+    answer = rpc(http, "upload_file", token, p_session_id=session, p_path="f", p_content="\\x0g")
+    assert answer.status_code == 400
+    body = error(answer)
+    assert (body["code"], body["message"]) == ("22023", 'invalid hexadecimal digit: "g"')
+    assert rpc(http, "session_files", token, p_session_id=session).json() == []
+
+
 def test_form_encoded_bodies_are_named_arguments(http, alice):
     login = http.post("/rpc/login", data={"p_username": "alice", "p_password": PASSWORD})
     assert login.status_code == 200
