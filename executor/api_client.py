@@ -37,10 +37,11 @@ class ApiClient:
         ``wait`` asks the server to hold an empty answer up to that many
         seconds (``Prefer: wait=N``) until something changes."""
         headers = {"Prefer": f"wait={wait}"} if wait else {}
-        timeout = httpx.Timeout(self._http.timeout.connect, read=wait + _SLACK_S) if wait else None
+        timeout = (httpx.Timeout(self._http.timeout.connect, read=wait + _SLACK_S) if wait
+                   else httpx.USE_CLIENT_DEFAULT)
         try:
             response = self._http.post(f"/rpc/{function}", json=args or {}, headers=headers,
-                                       **({"timeout": timeout} if timeout else {}))
+                                       timeout=timeout)
         except httpx.TransportError as exc:
             raise ApiUnavailable(f"cannot reach the pg_shell API at {self.url}: {exc or type(exc).__name__}",
                                  hint="Is `pg-shell serve` (or PostgREST) running? PG_SHELL_URL says "

@@ -25,7 +25,11 @@ def systemd_notifier() -> Callable[[str], None]:
     if not os.environ.get("NOTIFY_SOCKET"):
         return lambda _: None
     notifier = sdnotify.SystemdNotifier()
-    return notifier.notify
+
+    def notify(state: str) -> None:
+        notifier.notify(state)
+
+    return notify
 
 
 def run_executor(settings: Settings) -> int:

@@ -8,13 +8,14 @@ import json
 import secrets
 import sys
 
+from executor.cli import Commands
 from executor.config import Settings
 from executor.db import admin as db_admin
 from executor.db import migrations
 from executor.db.connection import connect
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     db = commands.add_parser("db", help="the database schema (over DATABASE_URL)",
                              description="Manage the pg_shell schema in the database DATABASE_URL names.")
     db_commands = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from executor import audit
+from executor.cli import Commands
 from executor.config import Settings
 from executor.errors import PgShellError
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     parser = commands.add_parser(
         "audit", help="verify or export the tamper-evident history",
         description="Every ended command is a link in its session's hash chain, and the results "
@@ -111,10 +113,13 @@ def _line(out: TextIO, obj: dict[str, Any]) -> None:
     out.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
 
 
-def read_export(lines: TextIO) -> tuple[dict[str, str], list[tuple[dict[str, Any], list[dict[str, Any]]]]]:
+Chain = tuple[dict[str, Any], list[Mapping[str, Any]]]  # a session and its links
+
+
+def read_export(lines: TextIO) -> tuple[dict[str, str], list[Chain]]:
     """The keys and the (session, links) pairs of an export."""
     keys: dict[str, str] = {}
-    sessions: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    sessions: dict[str, Chain] = {}
     for number, text in enumerate(lines, 1):
         if not text.strip():
             continue

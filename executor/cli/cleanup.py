@@ -7,12 +7,13 @@ import logging
 import signal
 import threading
 
+from executor.cli import Commands
 from executor.config import Settings
 
 log = logging.getLogger(__name__)
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     parser = commands.add_parser(
         "cleanup", help="run the housekeeping daemon (retention, idle volumes)",
         description="Remove ended commands older than PG_SHELL_RETENTION_DAYS (default 90; never "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from executor.api_client import ApiClient
+from executor.cli import Commands
 from executor.cli.replay import INTERRUPTED, LONG_POLL_S, TERMINAL, replay_and_compare
 from executor.config import Settings
 from executor.errors import ApiError, PgShellError
@@ -88,7 +89,7 @@ class _HelpFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def add_command(commands: argparse._SubParsersAction, name: str, summary: str, description: str,
+def add_command(commands: Commands, name: str, summary: str, description: str,
                 examples: str) -> argparse.ArgumentParser:
     return commands.add_parser(name, help=summary, description=description,
                                epilog="examples:\n" + examples, formatter_class=_HelpFormatter)
@@ -99,7 +100,7 @@ def _session_option(parser: argparse.ArgumentParser) -> None:
                         help="session id (default: PG_SHELL_SESSION, else your most recently active session)")
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     login = add_command(commands, "login", "log in and save the token",
                         "Log in to the pg_shell API at PG_SHELL_URL and save the token in "
                         "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The password "

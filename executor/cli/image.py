@@ -10,13 +10,14 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from executor.cli import Commands
 from executor.config import Settings
 from executor.db import images as db_images
 from executor.db.connection import connect
 from executor.errors import PgShellError
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     image = commands.add_parser(
         "image", help="roll out sandbox images (over DATABASE_URL and the Docker engine)",
         description="Promote a new sandbox image, list images and what ran on them, prune old ones. "

@@ -7,12 +7,13 @@ import sys
 import time
 from typing import Any, TextIO
 
+from executor.cli import Commands
 from executor.cli.client import add_command, api
 from executor.config import Settings
 from executor.errors import PgShellError
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     play = add_command(commands, "play", "play a command's output back with its original timing",
                        "Print COMMAND_ID's output chunk by chunk, waiting between chunks as long as "
                        "they were apart when the command ran (divided by --speed; --speed 0 prints "

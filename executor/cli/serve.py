@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from executor.cli import Commands
 from executor.config import Settings
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     serve = commands.add_parser(
         "serve", help="run the HTTP gateway and web UI",
         description="Serve the shell_api functions at /rpc/<name> with PostgREST's protocol "

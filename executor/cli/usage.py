@@ -11,6 +11,7 @@ import re
 import sys
 from typing import Any
 
+from executor.cli import Commands
 from executor.config import Settings
 from executor.db import admin as db_admin
 from executor.db.connection import connect
@@ -21,7 +22,7 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 CSV_FIELDS = ["user_id", "username", "commands", "run_ms", "output_bytes", "from_time", "until_time"]
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     usage = commands.add_parser(
         "usage", help="per-user usage since the last report (over DATABASE_URL)",
         description="Report, per user, the commands that ended since this consumer's last report: "

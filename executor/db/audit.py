@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from executor.db.connection import Connection, connect, query
@@ -27,14 +27,13 @@ def links(conn: Connection, session_id: str) -> list[dict[str, Any]]:
 
 
 def history(conn: Connection, session_id: str | None = None
-            ) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+            ) -> Iterator[tuple[dict[str, Any], list[Mapping[str, Any]]]]:
     """Each session with a chain and its links, one session in memory at a time."""
     for session in sessions(conn, session_id):
         session["session_id"] = str(session["session_id"])
-        rows = links(conn, session["session_id"])
-        for row in rows:
-            row["session_id"] = str(row["session_id"])
-            row["user_id"] = str(row["user_id"])
+        rows: list[Mapping[str, Any]] = [
+            {**row, "session_id": str(row["session_id"]), "user_id": str(row["user_id"])}
+            for row in links(conn, session["session_id"])]
         yield session, rows
 
 

@@ -10,7 +10,7 @@ import select
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg2
 import psycopg2.extras
@@ -20,6 +20,7 @@ from executor.db.connection import connect, translate, translated_errors
 from executor.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 API_SCHEMA = "shell_api"
 HTML_TYPE = 'shell_api."text/html"'
 STATEMENT_TIMEOUT = "10s"
@@ -78,7 +79,7 @@ class GatewayDatabase:
     def close(self) -> None:
         self._pool.closeall()
 
-    def _run(self, work: Callable[[Any], Any]) -> Any:
+    def _run(self, work: Callable[[Any], T]) -> T:
         with self._slots:
             try:
                 conn = self._pool.getconn()

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from executor.db.connection import Connection, query, transaction
 from executor.errors import MigrationError
@@ -65,11 +66,11 @@ def _bootstrap(conn: Connection) -> None:
         )
 
 
-def _applied(conn: Connection) -> dict[str, dict]:
+def _applied(conn: Connection) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in query(conn, "SELECT name, checksum, applied_at::text FROM shell.migrations")}
 
 
-def _check_history(versioned: list[Script], applied: dict[str, dict]) -> None:
+def _check_history(versioned: list[Script], applied: dict[str, dict[str, Any]]) -> None:
     known = {s.name: s for s in versioned}
     for name, row in applied.items():
         if name == GRANTS:

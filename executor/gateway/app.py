@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
@@ -179,7 +179,7 @@ def create_app(dsn: str, html_dir: Path, metrics_interval_s: float = 5.0) -> Sta
         gateway.feed.stop()
         gateway.db.close()
 
-    async def security_headers(request: Request, call_next: Any) -> Response:
+    async def security_headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await call_next(request)
         response.headers.update(SECURITY_HEADERS)
         return response
