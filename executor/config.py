@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     executor_role: str = "shell_executor"
     worker_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")
     concurrency: int = Field(default=4, ge=1, le=256)
+    # This host's name for claim affinity: executors sharing one engine and
+    # volumes directory share it. Another host leaves a session whose files
+    # this host holds for affinity_grace_ms, then takes it.
+    host_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")
+    affinity_grace_ms: int = Field(default=50, ge=0, le=10000)
     poll_interval_s: float = Field(default=1.0, gt=0, le=60)
     lease_s: int = Field(default=30, ge=5, le=3600)
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=600)

@@ -73,8 +73,9 @@ def result_record(*, signer: str, command_id: int, session_id: str, user_id: str
                   cwd_after: str, env_after: dict[str, str], image_digest: str | None,
                   worker_id: str, attempt: int, duration_ms: int | None,
                   started_at: str | None, finished_at: str, root_before: str | None,
-                  root_after: str | None) -> str:
-    """The canonical text of an executor's result record."""
+                  root_after: str | None, host: str | None = None) -> str:
+    """The canonical text of an executor's result record. ``host`` (not a
+    fact) names the host whose copy of the files now holds root_after."""
     return canonical({
         "v": RECORD_VERSION, "signer": signer, "command_id": command_id, "session_id": session_id,
         "user_id": user_id, "command_sha256": sha256_hex(command), "status": status,
@@ -83,7 +84,7 @@ def result_record(*, signer: str, command_id: int, session_id: str, user_id: str
         "cwd_after": cwd_after, "env_after": env_after, "image_digest": image_digest,
         "worker_id": worker_id, "attempt": attempt, "duration_ms": duration_ms,
         "started_at": started_at, "finished_at": finished_at,
-        "root_before": root_before, "root_after": root_after,
+        "root_before": root_before, "root_after": root_after, "host": host,
     })
 
 

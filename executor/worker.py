@@ -92,6 +92,7 @@ class Worker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._maintenance_done = threading.Event()
+        self._recheck_at: float | None = None  # claim again then (claim affinity's grace)
         # New commands start on self.image: PG_SHELL_IMAGE's digest, or the
         # image last promoted in the database (_follow_promotion).
         self.image = ""
@@ -163,7 +164,8 @@ class Worker:
     def _claim(self) -> None:
         while (free := self._free_slots()) > 0 and not self._stop.is_set():
             try:
-                claimed = self._control.claim(self.worker_id, free, self.settings.lease_s)
+                claimed = self._control.claim(self.worker_id, free, self.settings.lease_s,
+                                              self.settings.host_id, self.settings.affinity_grace_ms)
             except DatabaseUnavailable as exc:
                 log.warning("cannot claim, database unavailable: %s", exc)
                 return
@@ -181,9 +183,17 @@ class Worker:
                 return
 
     def _wait_for_work(self) -> None:
-        for channel, payload in self._listener.wait(self.settings.poll_interval_s, self._wake_r):
+        timeout = self.settings.poll_interval_s
+        if self._recheck_at is not None:
+            timeout = min(timeout, max(0.0, self._recheck_at - time.monotonic()))
+            self._recheck_at = None
+        for channel, payload in self._listener.wait(timeout, self._wake_r):
             if channel == "shell_cancel" and payload.isdigit():
                 self._cancel(int(payload), "cancelled")
+            elif channel == "shell_commands" and self.settings.affinity_grace_ms:
+                # A command another host may be preferred for: if that host
+                # does not take it, take it once its grace has passed.
+                self._recheck_at = time.monotonic() + self.settings.affinity_grace_ms / 1000 + 0.005
         try:
             os.read(self._wake_r, 4096)
         except BlockingIOError:
@@ -286,7 +296,8 @@ class Worker:
         self._complete(db, run, status=end.status, exit_code=end.exit_code, reason=end.reason,
                        truncated=result.truncated, cwd=result.cwd, env=result.env,
                        duration_ms=int(result.duration_s * 1000), output_sha256=writer.output_sha256,
-                       image_digest=image, root_after=files.root_after)
+                       image_digest=image, root_after=files.root_after,
+                       cached_here=files.captured is not None)
         self._files.committed(cmd.session_id, files)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)
@@ -325,7 +336,7 @@ class Worker:
     def _complete(self, db: ExecutorDatabase, run: Run, *, status: str, exit_code: int | None,
                   reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
                   duration_ms: int | None, output_sha256: str, image_digest: str | None,
-                  root_after: str | None = None) -> None:
+                  root_after: str | None = None, cached_here: bool = False) -> None:
         """Completes the command with its result record, signed: the record
         states what the row will hold (no cwd/env reported keeps the old)."""
         cmd = run.claimed
@@ -339,7 +350,8 @@ class Worker:
             worker_id=self.worker_id, attempt=cmd.attempt, duration_ms=duration_ms,
             started_at=run.started_at, finished_at=utc_now(), root_before=cmd.root,
             # No new root (the command did not run, or its files were not saved): the old one.
-            root_after=root_after if root_after is not None else cmd.root)
+            root_after=root_after if root_after is not None else cmd.root,
+            host=self.settings.host_id if cached_here else None)
         db.complete(cmd, self.worker_id, status=status, exit_code=exit_code, reason=reason,
                     truncated=truncated, cwd=cwd, env=env, duration_ms=duration_ms, record=record,
                     signature=self._signer.sign(record), key_id=self._signer.key_id)

@@ -79,8 +79,10 @@ class ExecutorDatabase:
 
     # -- the contract -------------------------------------------------------
 
-    def claim(self, worker_id: str, limit: int, lease_s: int) -> list[ClaimedCommand]:
-        rows = self.call("SELECT * FROM shell.claim_commands(%s, %s, %s)", (worker_id, limit, lease_s))
+    def claim(self, worker_id: str, limit: int, lease_s: int, host: str | None = None,
+              grace_ms: int = 0) -> list[ClaimedCommand]:
+        rows = self.call("SELECT * FROM shell.claim_commands(%s, %s, %s, %s, %s)",
+                         (worker_id, limit, lease_s, host, grace_ms))
         return [ClaimedCommand(**row) for row in rows]
 
     def heartbeat(self, worker_id: str, held: dict[int, int], lease_s: int) -> dict[int, bool]:

@@ -76,7 +76,12 @@ INSERT INTO shell.trees (hash, size) VALUES (shell.empty_tree(), 0);
 ALTER TABLE shell.sessions ADD COLUMN root text REFERENCES shell.trees (hash);
 -- New sessions start empty. Sessions from before the workspace keep NULL:
 -- their next command imports the files of the volume it finds.
-ALTER TABLE shell.sessions ALTER COLUMN root SET DEFAULT shell.empty_tree();
+-- (A constant, not a call: a default is evaluated before privileges are checked.)
+DO $$
+BEGIN
+    EXECUTE format('ALTER TABLE shell.sessions ALTER COLUMN root SET DEFAULT %L', shell.empty_tree());
+END
+$$;
 ALTER TABLE shell.commands
     ADD COLUMN root_before text REFERENCES shell.trees (hash),
     ADD COLUMN root_after  text REFERENCES shell.trees (hash),
@@ -375,10 +380,17 @@ BEGIN
 END
 $$;
 
+-- Which host's copy of the session holds its current root (a hint for
+-- claiming: that host runs the next command without restoring).
+ALTER TABLE shell.lanes ADD COLUMN cached_on text;
+
 -- Claiming also hands over the root the command starts from, and whether
--- it is an upload to apply rather than a command to run.
+-- it is an upload to apply rather than a command to run. It prefers the
+-- host whose copy is current: another host leaves such a session alone for
+-- p_grace_ms after it became ready, and then takes it like any other.
 DROP FUNCTION shell.claim_commands(text, integer, integer);
-CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30)
+CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30,
+                                     p_host text DEFAULT NULL, p_grace_ms integer DEFAULT 0)
 RETURNS TABLE (command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb,
                attempt integer, image_digest text, root text, upload jsonb)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
@@ -393,7 +405,7 @@ DECLARE
     -- locked: a FOR loop prefetches rows and would lock lanes it never
     -- claims, holding other sessions back until this transaction ends.
     ready_lanes CURSOR FOR
-        SELECT l.session_id, l.user_id FROM shell.lanes l
+        SELECT l.session_id, l.user_id, l.cached_on, l.ready_since FROM shell.lanes l
         WHERE l.pending > 0 AND l.active_command_id IS NULL
         ORDER BY l.ready_since
         FOR UPDATE SKIP LOCKED;
@@ -401,6 +413,9 @@ BEGIN
     PERFORM shell.check_worker(p_worker_id, p_lease_seconds);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'p_limit must be between 1 and 1000' USING ERRCODE = '22023';
+    END IF;
+    IF p_grace_ms IS NULL OR p_grace_ms NOT BETWEEN 0 AND 10000 THEN
+        RAISE EXCEPTION 'p_grace_ms must be between 0 and 10000' USING ERRCODE = '22023';
     END IF;
     OPEN ready_lanes;
     LOOP
@@ -410,6 +425,8 @@ BEGIN
         FETCH ready_lanes INTO lane;
         EXIT WHEN NOT FOUND;
         scanned := scanned + 1;
+        CONTINUE WHEN lane.cached_on IS DISTINCT FROM p_host AND lane.cached_on IS NOT NULL
+                  AND lane.ready_since > clock_timestamp() - make_interval(secs => p_grace_ms / 1000.0);
         -- One claimer at a time per user, so max_running holds under
         -- concurrency; a user being claimed elsewhere is simply skipped.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('shell.user:' || lane.user_id, 0));
@@ -487,7 +504,8 @@ BEGIN
     PERFORM shell.chain_result(p_command_id, p_record, p_signature, p_key_id);
     UPDATE shell.sessions s SET cwd = new_cwd, env = new_env, root = new_root, last_active_at = now()
     WHERE s.id = cmd.session_id;
-    UPDATE shell.lanes l SET active_command_id = NULL,
+    -- The record's "host" (not a fact, a hint): whose copy now holds the root.
+    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = p_record::jsonb ->> 'host',
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = cmd.session_id;
 END
@@ -548,7 +566,7 @@ BEGIN
     WHERE c.id = p_command_id;
     PERFORM shell.chain_result(p_command_id);
     UPDATE shell.sessions s SET root = new_root, last_active_at = now() WHERE s.id = cmd.session_id;
-    UPDATE shell.lanes l SET active_command_id = NULL,
+    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = NULL,
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = cmd.session_id;
 END
@@ -794,6 +812,7 @@ BEGIN
     RETURNING id INTO new_id;
     PERFORM shell.chain_result(new_id);
     UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
+    UPDATE shell.lanes l SET cached_on = NULL WHERE l.session_id = s.id;  -- no host's copy holds it
     RETURN new_id;
 END
 $$;

@@ -28,6 +28,7 @@ TENANT_FUNCTIONS = (
     "create_session", "list_sessions", "submit_command", "latest_output", "latest_output_html",
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
     "fork_session", "replay_session", "replay_comparison", "output_timeline",
+    "session_files", "read_file", "command_changes", "upload_file",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -42,6 +43,13 @@ EXECUTOR_CALLS = {
     "live_commands": "SELECT * FROM shell.live_commands(ARRAY[1]::bigint[])",
     "queue_depth": "SELECT shell.queue_depth()",
     "current_image": "SELECT * FROM shell.current_image()",
+    "missing_blobs": "SELECT * FROM shell.missing_blobs(ARRAY['x'])",
+    "put_blob_chunk": "SELECT shell.put_blob_chunk(repeat('a', 64), 1, 1, 0, 'x')",
+    "blob_chunk": "SELECT shell.blob_chunk('x', 0)",
+    "put_trees": "SELECT shell.put_trees('[]')",
+    "tree_listing": "SELECT * FROM shell.tree_listing('x')",
+    "tree_diff": "SELECT * FROM shell.tree_diff('x', 'y')",
+    "complete_upload": "SELECT shell.complete_upload(1, 'w', 1)",
 }
 ADMIN_CALLS = {
     "create_user": "SELECT shell.create_user('mallory', 'password123')",
@@ -49,6 +57,7 @@ ADMIN_CALLS = {
     "usage_report": "SELECT * FROM shell.usage_report('mallory')",
     "promote_image": "SELECT * FROM shell.promote_image('sha256:' || repeat('a', 64))",
     "image_usage": "SELECT * FROM shell.image_usage()",
+    "collect_files": "SELECT * FROM shell.collect_files('1 hour')",
 }
 # Definer helpers that would let a tenant act as someone else or forge a token.
 INTERNAL_CALLS = {
@@ -111,6 +120,10 @@ def api_call(name: str, session: str, command: int, start_id: int | None = None)
                            (session, command if start_id is None else start_id)),
         "replay_comparison": ("SELECT * FROM shell_api.replay_comparison(%s)", (session,)),
         "output_timeline": ("SELECT * FROM shell_api.output_timeline(%s)", (command,)),
+        "session_files": ("SELECT * FROM shell_api.session_files(%s)", (session,)),
+        "read_file": ("SELECT shell_api.read_file(%s, 'f')", (session,)),
+        "command_changes": ("SELECT * FROM shell_api.command_changes(%s)", (command,)),
+        "upload_file": ("SELECT shell_api.upload_file(%s, 'f', '\\x00')", (session,)),
     }[name]
 
 
@@ -412,11 +425,13 @@ def test_a_tenant_cannot_write_tables_directly(db, world, statement):
     assert row_counts(db) == before
 
 
-@pytest.mark.parametrize("table", ["users", "lanes", "config", "migrations"])
+@pytest.mark.parametrize("table", ["users", "lanes", "config", "migrations", "blobs", "blob_chunks", "trees",
+                                   "tree_entries"])
 @pytest.mark.parametrize("statement", ["SELECT * FROM shell.{t}", "DELETE FROM shell.{t}",
                                        "UPDATE shell.{t} SET {c} = {c}", "TRUNCATE shell.{t}"])
 def test_a_tenant_cannot_touch_private_tables(db, world, table, statement):
-    column = {"users": "username", "lanes": "pending", "config": "value", "migrations": "name"}[table]
+    column = {"users": "username", "lanes": "pending", "config": "value", "migrations": "name",
+              "blobs": "size", "blob_chunks": "data", "trees": "size", "tree_entries": "mode"}[table]
     a = tenant(db, world.alice)
     code, message = sqlstate(a, statement.format(t=table, c=column))
     assert (code, message) == ("42501", f"permission denied for table {table}")
@@ -472,7 +487,7 @@ def test_no_function_is_executable_by_public(db):
         WHERE p.pronamespace IN ('shell'::regnamespace, 'shell_api'::regnamespace)
         ORDER BY 1""")
     assert len(rows) > 40  # ours plus pgcrypto's: the query really looks
-    assert "shell.claim_commands(text,integer,integer)" in [r["fn"] for r in rows]
+    assert "shell.claim_commands(text,integer,integer,text,integer)" in [r["fn"] for r in rows]
     assert [r["fn"] for r in rows if r["by_public"] or r["acl_public"]] == []
 
 

@@ -113,3 +113,26 @@ def test_retention_removes_only_what_nothing_retained_reaches(db):
     # Within the grace period, nothing is taken.
     one(alice.conn, "SELECT shell_api.upload_file(%s, 'd/old', %s)", (session, b"newer"))
     assert call(su, "SELECT * FROM shell.collect_files('1 hour')") == [{"trees": 0, "blobs": 0}]
+
+
+def test_claiming_prefers_the_host_whose_copy_is_current_for_a_short_grace(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    here, there = executor(db), executor(db)
+
+    def claim(conn, host: str, grace_ms: int) -> list:
+        return call(conn, "SELECT command_id, root FROM shell.claim_commands('w-' || %s, 1, 30, %s, %s)",
+                    (host, host, grace_ms))
+
+    su = superuser(db)
+    su.cursor().execute("UPDATE shell.lanes SET cached_on = 'here' WHERE session_id = %s", (session,))
+    first = alice.submit(session, "echo 1")
+    assert claim(there, "there", 10_000) == []  # within the grace: left to the host holding the files
+    assert [r["command_id"] for r in claim(here, "here", 10_000)] == [first]
+    su.cursor().execute("UPDATE shell.commands SET status = 'cancelled', completed_at = now() WHERE id = %s",
+                        (first,))
+    su.cursor().execute("UPDATE shell.lanes SET active_command_id = NULL WHERE session_id = %s", (session,))
+    second = alice.submit(session, "echo 2")
+    assert [r["command_id"] for r in claim(there, "there", 0)] == [second]  # no grace: anyone takes it
+    with raises_sqlstate("22023", "p_grace_ms"):
+        claim(there, "there", -1)
