@@ -167,6 +167,7 @@ class Sandbox:
         container_id = self._create(req.image, command_labels(req, self.scope), volume, command=["restore"])
         try:
             sock, raw = self._attach_and_start(container_id)
+            raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error
             conversation = Conversation(OutputCapper(self.limits.output_cap_bytes))
 
             def send() -> None:
