@@ -11,6 +11,7 @@ from executor.errors import ApiError, ApiUnavailable
 
 # Beyond a long poll's own wait, how long an answer may take to arrive.
 _SLACK_S = 15.0
+OCTET_STREAM = "application/octet-stream"
 
 
 class ApiClient:
@@ -32,22 +33,39 @@ class ApiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, function: str, args: dict[str, Any] | None = None, *, wait: int | None = None) -> Any:
+    def call(self, function: str, args: dict[str, Any] | None = None, *,
+             wait: int | None = None) -> Any:
         """POSTs named arguments to /rpc/``function``; returns the decoded JSON.
         ``wait`` asks the server to hold an empty answer up to that many
         seconds (``Prefer: wait=N``) until something changes."""
-        headers = {"Prefer": f"wait={wait}"} if wait else {}
+        return _json(self._post(function, args, wait=wait))
+
+    def call_bytes(self, function: str, args: dict[str, Any] | None = None) -> bytes:
+        """Calls a function that returns bytea; returns its bytes. They are
+        asked for raw (application/octet-stream), and taken from the JSON hex
+        string when the server answers JSON instead (PostgREST 12 serves bytea
+        raw only for a function whose return type is a media type domain)."""
+        response = self._post(function, args,
+                              {"Accept": f"{OCTET_STREAM}, application/json;q=0.5"})
+        if response.headers.get("content-type", "").split(";")[0].strip() == OCTET_STREAM:
+            return response.content
+        return _bytea(_json(response))
+
+    def _post(self, function: str, args: dict[str, Any] | None,
+              headers: dict[str, str] | None = None, wait: int | None = None) -> httpx.Response:
+        headers = {**(headers or {}), **({"Prefer": f"wait={wait}"} if wait else {})}
         timeout = (httpx.Timeout(self._http.timeout.connect, read=wait + _SLACK_S) if wait
                    else httpx.USE_CLIENT_DEFAULT)
         try:
             response = self._http.post(f"/rpc/{function}", json=args or {}, headers=headers,
                                        timeout=timeout)
         except httpx.TransportError as exc:
-            raise ApiUnavailable(f"cannot reach the pg_shell API at {self.url}: {exc or type(exc).__name__}",
-                                 hint="Is `pg-shell serve` (or PostgREST) running? PG_SHELL_URL says "
-                                      "where it is.") from exc
+            reason = exc or type(exc).__name__
+            raise ApiUnavailable(f"cannot reach the pg_shell API at {self.url}: {reason}",
+                                 hint="Is `pg-shell serve` (or PostgREST) running? PG_SHELL_URL "
+                                      "says where it is.") from exc
         if response.is_success:
-            return _json(response)
+            return response
         raise _error(response)
 
     # The API, one method per shell_api function the CLI uses.
@@ -64,14 +82,16 @@ class ApiClient:
     def submit_command(self, session_id: str, command: str) -> int:
         return int(self.call("submit_command", {"p_session_id": session_id, "p_command": command}))
 
-    def latest_output(self, session_id: str, since_id: int = 0, limit: int = 20) -> list[dict[str, Any]]:
-        return list(self.call("latest_output",
-                              {"p_session_id": session_id, "p_since_id": since_id, "p_limit": limit}))
+    def latest_output(self, session_id: str, since_id: int = 0,
+                      limit: int = 20) -> list[dict[str, Any]]:
+        return list(self.call("latest_output", {"p_session_id": session_id,
+                                                "p_since_id": since_id, "p_limit": limit}))
 
     def session_changes(self, session_id: str, after: int = 0, limit: int = 100,
                         wait: int | None = None) -> list[dict[str, Any]]:
         return list(self.call("session_changes",
-                              {"p_session_id": session_id, "p_after_change": after, "p_limit": limit},
+                              {"p_session_id": session_id, "p_after_change": after,
+                               "p_limit": limit},
                               wait=wait))
 
     def cancel_command(self, command_id: int) -> bool:
@@ -81,7 +101,8 @@ class ApiClient:
         return str(self.call("fork_session", {"p_source_command_id": command_id}))
 
     def replay_session(self, session_id: str, start_id: int) -> str:
-        return str(self.call("replay_session", {"p_session_id": session_id, "p_start_id": start_id}))
+        return str(self.call("replay_session",
+                             {"p_session_id": session_id, "p_start_id": start_id}))
 
     def replay_comparison(self, run_id: str) -> list[dict[str, Any]]:
         return list(self.call("replay_comparison", {"p_run_id": run_id}))
@@ -94,13 +115,46 @@ class ApiClient:
         only changes made from now on."""
         return int(self.call("session_cursor", {"p_session_id": session_id}))
 
+    # The workspace: a session's files (paths relative to its home).
+
+    def session_files(self, session_id: str, command_id: int | None = None) -> list[dict[str, Any]]:
+        """path, kind (file/dir/symlink), mode, size, sha256, target: the tree
+        now, or right after ``command_id``; parents before their entries."""
+        return list(self.call("session_files",
+                              {"p_session_id": session_id, "p_command_id": command_id}))
+
+    def read_file(self, session_id: str, path: str, command_id: int | None = None) -> bytes:
+        return self.call_bytes("read_file", {"p_session_id": session_id, "p_path": path,
+                                             "p_command_id": command_id})
+
+    def command_changes(self, command_id: int) -> list[dict[str, Any]]:
+        """path, change (added/modified/deleted), kind, size: what one command
+        (or upload) changed in its session's files."""
+        return list(self.call("command_changes", {"p_command_id": command_id}))
+
+    def upload_file(self, session_id: str, path: str, content: bytes, mode: int = 0o644) -> int:
+        """Puts ``content`` at ``path`` (replacing a file there); returns the
+        id of the upload's entry in the session's history."""
+        return int(self.call("upload_file", {"p_session_id": session_id, "p_path": path,
+                                             "p_content": "\\x" + content.hex(), "p_mode": mode}))
+
 
 def _json(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError as exc:
-        raise ApiUnavailable(f"the API answered {response.status_code} with a body that is not JSON",
-                             status=response.status_code) from exc
+        raise ApiUnavailable(f"the API answered {response.status_code} with a body that is not "
+                             "JSON", status=response.status_code) from exc
+
+
+def _bytea(value: Any) -> bytes:
+    """bytea in JSON: PostgreSQL's hex format (\\x…), the default bytea_output."""
+    if isinstance(value, str) and value.startswith("\\x"):
+        try:
+            return bytes.fromhex(value[2:])
+        except ValueError:
+            pass
+    raise ApiUnavailable("the API answered with a value that is not bytea in hex format")
 
 
 def _error(response: httpx.Response) -> ApiError:
@@ -111,7 +165,8 @@ def _error(response: httpx.Response) -> ApiError:
         body = None
     if not isinstance(body, dict) or not body.get("message"):
         reason = response.reason_phrase or "error"
-        return ApiError(f"the API answered HTTP {response.status_code} {reason}", status=response.status_code)
+        return ApiError(f"the API answered HTTP {response.status_code} {reason}",
+                        status=response.status_code)
     return ApiError(str(body["message"]), code=_text(body.get("code")), status=response.status_code,
                     details=_text(body.get("details")), hint=_text(body.get("hint")))
 

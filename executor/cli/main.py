@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from executor.cli import admin, audit, cleanup, client, image, play, serve, usage
+from executor.cli import admin, audit, cleanup, client, files, image, play, serve, usage
 from executor.config import load_settings
 from executor.errors import ApiError, DatabaseError, PgShellError
 
@@ -20,13 +20,14 @@ Settings come from the environment: DATABASE_URL, and PG_SHELL_* variables
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pg-shell", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="pg-shell", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     admin.register(commands)
     serve.register(commands)
     client.register(commands)
+    files.register(commands)
     audit.register(commands)
     cleanup.register(commands)
     play.register(commands)
