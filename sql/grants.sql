@@ -52,7 +52,8 @@ GRANT EXECUTE ON FUNCTION
     shell.output_of(shell.commands),
     shell.html_escape(text),
     shell.ansi_html(text),
-    shell.render_command(shell.commands)
+    shell.render_command(shell.commands),
+    shell.render_changes(shell.commands)
 TO shell_user;
 GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks TO shell_user;
 

@@ -124,7 +124,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text)
+CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -133,7 +133,8 @@ CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURN
            c.cwd_before, c.env_before, c.cwd_after, c.env_after, c.image_digest, c.worker_id,
            c.attempts, c.duration_ms,
            (SELECT shell.sha256_hex(string_agg(o.data, '' ORDER BY o.seq))
-            FROM shell.output_chunks o WHERE o.command_id = c.id)
+            FROM shell.output_chunks o WHERE o.command_id = c.id),
+           c.root_before, c.root_after
     FROM shell.commands c
     WHERE (p_session_id IS NULL OR c.session_id = p_session_id)
       AND (c.status IN ('done', 'failed', 'cancelled') OR c.chain_seq IS NOT NULL)
@@ -165,6 +166,21 @@ CREATE FUNCTION shell.base64url(data bytea) RETURNS text
     SELECT translate(encode(data, 'base64'), E'+/=\n', '-_')
 $$;
 
+CREATE FUNCTION shell.blob_chunk(p_sha256 text, p_seq integer) RETURNS bytea
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT k.data FROM shell.blob_chunks k WHERE k.sha256 = p_sha256 AND k.seq = p_seq
+$$;
+
+CREATE FUNCTION shell.blob_content(p_sha256 text) RETURNS bytea
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(string_agg(k.data, ''::bytea ORDER BY k.seq), ''::bytea)
+    FROM shell.blob_chunks k WHERE k.sha256 = p_sha256
+$$;
+
 CREATE FUNCTION shell.chain_result(p_command_id bigint, p_record text DEFAULT NULL::text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -182,7 +198,7 @@ BEGIN
     facts := shell.result_facts(c);
     IF rec IS NULL THEN
         rec := (facts || jsonb_build_object(
-            'v', 1, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
+            'v', 2, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
             'finished_at', shell.utc_text(c.completed_at)))::text;
     ELSE
         BEGIN
@@ -246,7 +262,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text)
+CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -261,7 +277,7 @@ DECLARE
     -- locked: a FOR loop prefetches rows and would lock lanes it never
     -- claims, holding other sessions back until this transaction ends.
     ready_lanes CURSOR FOR
-        SELECT l.session_id, l.user_id FROM shell.lanes l
+        SELECT l.session_id, l.user_id, l.cached_on, l.ready_since FROM shell.lanes l
         WHERE l.pending > 0 AND l.active_command_id IS NULL
         ORDER BY l.ready_since
         FOR UPDATE SKIP LOCKED;
@@ -269,6 +285,9 @@ BEGIN
     PERFORM shell.check_worker(p_worker_id, p_lease_seconds);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'p_limit must be between 1 and 1000' USING ERRCODE = '22023';
+    END IF;
+    IF p_grace_ms IS NULL OR p_grace_ms NOT BETWEEN 0 AND 10000 THEN
+        RAISE EXCEPTION 'p_grace_ms must be between 0 and 10000' USING ERRCODE = '22023';
     END IF;
     OPEN ready_lanes;
     LOOP
@@ -278,6 +297,8 @@ BEGIN
         FETCH ready_lanes INTO lane;
         EXIT WHEN NOT FOUND;
         scanned := scanned + 1;
+        CONTINUE WHEN lane.cached_on IS DISTINCT FROM p_host AND lane.cached_on IS NOT NULL
+                  AND lane.ready_since > clock_timestamp() - make_interval(secs => p_grace_ms / 1000.0);
         -- One claimer at a time per user, so max_running holds under
         -- concurrency; a user being claimed elsewhere is simply skipped.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('shell.user:' || lane.user_id, 0));
@@ -299,13 +320,41 @@ BEGIN
         UPDATE shell.commands c SET status = 'claimed', worker_id = p_worker_id,
             attempts = c.attempts + 1, claimed_at = now(),
             lease_expires_at = now() + make_interval(secs => p_lease_seconds),
-            cwd_before = s.cwd, env_before = s.env, change_seq = seq
+            cwd_before = s.cwd, env_before = s.env, root_before = s.root, change_seq = seq
         FROM shell.sessions s
         WHERE c.id = head_id AND s.id = c.session_id
-        RETURNING c.id, c.session_id, c.user_id, c.command, c.cwd_before, c.env_before, c.attempts, c.image_digest;
+        RETURNING c.id, c.session_id, c.user_id, c.command, c.cwd_before, c.env_before, c.attempts,
+                  c.image_digest, c.root_before, c.upload;
         claimed := claimed + 1;
     END LOOP;
     CLOSE ready_lanes;
+END
+$$;
+
+CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '01:00:00'::interval, OUT trees bigint, OUT blobs bigint) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    CREATE TEMPORARY TABLE reachable_trees ON COMMIT DROP AS
+    WITH RECURSIVE reach (hash) AS (
+        SELECT s.root FROM shell.sessions s WHERE s.root IS NOT NULL
+        UNION
+        SELECT r.root FROM shell.commands c, LATERAL (VALUES (c.root_before), (c.root_after)) r(root)
+        WHERE r.root IS NOT NULL
+        UNION
+        SELECT e.object FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash WHERE e.kind = 'dir'
+    )
+    SELECT hash FROM reach;
+    DELETE FROM shell.trees t
+    WHERE t.created_at < now() - p_grace AND t.hash <> shell.empty_tree()
+      AND NOT EXISTS (SELECT FROM reachable_trees r WHERE r.hash = t.hash);
+    GET DIAGNOSTICS trees = ROW_COUNT;
+    DELETE FROM shell.blobs b
+    WHERE b.created_at < now() - p_grace
+      AND NOT EXISTS (SELECT FROM shell.tree_entries e WHERE e.object = b.sha256 AND e.kind = 'file')
+      AND NOT EXISTS (SELECT FROM shell.commands c WHERE c.upload ->> 'sha256' = b.sha256);
+    GET DIAGNOSTICS blobs = ROW_COUNT;
 END
 $$;
 
@@ -328,6 +377,7 @@ DECLARE
     cmd shell.commands := lease.leased;
     new_cwd text := coalesce(p_cwd, cmd.cwd_before);
     new_env jsonb := coalesce(p_env, cmd.env_before);
+    new_root text;
 BEGIN
     IF p_status IS NULL OR p_status NOT IN ('done', 'failed', 'cancelled') THEN
         RAISE EXCEPTION 'invalid final status %', p_status USING ERRCODE = '22023';
@@ -337,15 +387,59 @@ BEGIN
         RAISE EXCEPTION 'invalid shell state' USING ERRCODE = '22023',
             DETAIL = 'cwd must be absolute and env an object of strings';
     END IF;
+    BEGIN
+        new_root := coalesce(p_record::jsonb ->> 'root_after', cmd.root_before);
+    EXCEPTION WHEN others THEN
+        RAISE EXCEPTION 'result record is not JSON' USING ERRCODE = '22023';
+    END;
+    IF new_root IS NOT NULL AND NOT EXISTS (SELECT FROM shell.trees t WHERE t.hash = new_root) THEN
+        RAISE EXCEPTION 'root % is not stored', new_root USING ERRCODE = '22023',
+            HINT = 'Store the trees and blobs of the new root before completing.';
+    END IF;
     UPDATE shell.commands c SET status = p_status, exit_code = p_exit_code, reason = p_reason,
         truncated = coalesce(p_truncated, false), completed_at = now(), duration_ms = p_duration_ms,
-        cwd_after = new_cwd, env_after = new_env, lease_expires_at = NULL,
+        cwd_after = new_cwd, env_after = new_env, root_after = new_root, lease_expires_at = NULL,
         output = shell.output_of(cmd), change_seq = lease.change
     WHERE c.id = p_command_id;
     PERFORM shell.chain_result(p_command_id, p_record, p_signature, p_key_id);
-    UPDATE shell.sessions s SET cwd = new_cwd, env = new_env, last_active_at = now()
+    UPDATE shell.sessions s SET cwd = new_cwd, env = new_env, root = new_root, last_active_at = now()
     WHERE s.id = cmd.session_id;
-    UPDATE shell.lanes l SET active_command_id = NULL,
+    -- The record's "host" (not a fact, a hint): whose copy now holds the root.
+    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = p_record::jsonb ->> 'host',
+        ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
+    WHERE l.session_id = cmd.session_id;
+END
+$$;
+
+CREATE FUNCTION shell.complete_upload(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    lease record := shell.leased_command(p_command_id, p_worker_id, p_attempt, ARRAY['claimed']);
+    cmd shell.commands := lease.leased;
+    new_root text;
+    failure text;
+BEGIN
+    IF cmd.upload IS NULL THEN
+        RAISE EXCEPTION 'command % is not an upload', p_command_id USING ERRCODE = '22023';
+    END IF;
+    BEGIN
+        new_root := shell.put_file((SELECT s FROM shell.sessions s WHERE s.id = cmd.session_id),
+                                   cmd.root_before, cmd.upload);
+    EXCEPTION WHEN sqlstate '22023' OR sqlstate 'PT413' THEN
+        failure := SQLERRM;
+        new_root := cmd.root_before;
+    END;
+    UPDATE shell.commands c SET status = CASE WHEN failure IS NULL THEN 'done' ELSE 'failed' END,
+        exit_code = CASE WHEN failure IS NULL THEN 0 END, reason = failure,
+        started_at = now(), completed_at = now(), duration_ms = 0, output = '',
+        cwd_after = cmd.cwd_before, env_after = cmd.env_before, root_after = new_root,
+        lease_expires_at = NULL, change_seq = lease.change
+    WHERE c.id = p_command_id;
+    PERFORM shell.chain_result(p_command_id);
+    UPDATE shell.sessions s SET root = new_root, last_active_at = now() WHERE s.id = cmd.session_id;
+    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = NULL,
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = cmd.session_id;
 END
@@ -407,6 +501,13 @@ BEGIN
 END
 $_$;
 
+CREATE FUNCTION shell.empty_tree() RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT shell.tree_hash('[]'::jsonb)
+$$;
+
 CREATE TABLE shell.sessions (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
     user_id uuid NOT NULL,
@@ -417,12 +518,13 @@ CREATE TABLE shell.sessions (
     replay_of_session_id uuid,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     last_active_at timestamp with time zone DEFAULT now() NOT NULL,
+    root text DEFAULT '4c91b08843fdda8593f1552b5a6f10075310e7773fed804c20e24813c963f26f'::text,
     CONSTRAINT sessions_cwd_check CHECK ((cwd ~~ '/%'::text)),
     CONSTRAINT sessions_env_check CHECK ((jsonb_typeof(env) = 'object'::text)),
     CONSTRAINT sessions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200)))
 );
 
-CREATE FUNCTION shell.enqueue(p_session shell.sessions, p_command text, p_replay_run_id uuid DEFAULT NULL::uuid, p_replay_of bigint DEFAULT NULL::bigint, p_image_digest text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION shell.enqueue(p_session shell.sessions, p_command text, p_replay_run_id uuid DEFAULT NULL::uuid, p_replay_of bigint DEFAULT NULL::bigint, p_image_digest text DEFAULT NULL::text, p_upload jsonb DEFAULT NULL::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -444,8 +546,9 @@ BEGIN
     WHERE l.session_id = p_session.id
     RETURNING l.change_seq INTO seq;
     INSERT INTO shell.commands (session_id, user_id, command, replay_run_id, replay_of_command_id,
-                                image_digest, change_seq)
-    VALUES (p_session.id, p_session.user_id, p_command, p_replay_run_id, p_replay_of, p_image_digest, seq)
+                                image_digest, change_seq, upload)
+    VALUES (p_session.id, p_session.user_id, p_command, p_replay_run_id, p_replay_of, p_image_digest, seq,
+            p_upload)
     RETURNING id INTO new_id;
     UPDATE shell.sessions s SET last_active_at = now() WHERE s.id = p_session.id;
     -- A constant payload: PostgreSQL folds identical notifications of one
@@ -583,6 +686,9 @@ CREATE TABLE shell.commands (
     chain_seq bigint,
     chain_prev text,
     chain_hash text,
+    root_before text,
+    root_after text,
+    upload jsonb,
     CONSTRAINT commands_active_has_lease CHECK (((status <> ALL (ARRAY['claimed'::text, 'running'::text])) OR ((worker_id IS NOT NULL) AND (lease_expires_at IS NOT NULL) AND (claimed_at IS NOT NULL)))),
     CONSTRAINT commands_command_check CHECK (((octet_length(command) >= 1) AND (octet_length(command) <= 1048576))),
     CONSTRAINT commands_duration_ms_check CHECK ((duration_ms >= 0)),
@@ -657,6 +763,16 @@ BEGIN
         image_digest = p_image_digest, change_seq = lease.change
     WHERE c.id = p_command_id;
 END
+$$;
+
+CREATE FUNCTION shell.missing_blobs(p_sha256 text[]) RETURNS SETOF text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    UPDATE shell.blobs b SET created_at = now() WHERE b.sha256 = ANY (p_sha256);
+    SELECT h FROM unnest(p_sha256) h
+    WHERE NOT EXISTS (SELECT FROM shell.blobs b WHERE b.sha256 = h
+                      AND (SELECT count(*) FROM shell.blob_chunks k WHERE k.sha256 = h) = b.chunks)
 $$;
 
 CREATE FUNCTION shell.new_session(p_user_id uuid, p_name text, p_cwd text, p_env jsonb, p_forked_from bigint DEFAULT NULL::bigint, p_replay_of uuid DEFAULT NULL::uuid) RETURNS uuid
@@ -740,6 +856,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.path_parts(p_path text) RETURNS text[]
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    parts text[];
+BEGIN
+    IF p_path IS NULL OR p_path = '' OR left(p_path, 1) = '/' OR octet_length(p_path) > 4096 THEN
+        RAISE EXCEPTION 'invalid path %', coalesce(quote_literal(left(p_path, 200)), 'NULL') USING ERRCODE = '22023',
+            HINT = 'Give a path relative to the session''s home, such as src/main.py.';
+    END IF;
+    parts := string_to_array(p_path, '/');
+    IF EXISTS (SELECT FROM unnest(parts) part WHERE part IN ('', '.', '..') OR octet_length(part) > 255) THEN
+        RAISE EXCEPTION 'invalid path %', quote_literal(left(p_path, 200)) USING ERRCODE = '22023',
+            DETAIL = 'A path may not contain empty, "." or ".." parts.',
+            HINT = 'Give a path relative to the session''s home, such as src/main.py.';
+    END IF;
+    RETURN parts;
+END
+$$;
+
 CREATE FUNCTION shell.promote_image(p_digest text) RETURNS TABLE(digest text, promoted_at timestamp with time zone, previous text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -761,6 +898,96 @@ BEGIN
     RETURN QUERY SELECT i.digest, i.promoted_at, old FROM shell.images i WHERE i.digest = p_digest;
 END
 $_$;
+
+CREATE FUNCTION shell.put_blob_chunk(p_sha256 text, p_size bigint, p_chunks integer, p_seq integer, p_data bytea) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    IF p_chunks > 0 AND p_seq NOT BETWEEN 0 AND p_chunks - 1 THEN
+        RAISE EXCEPTION 'chunk % of a blob of % chunks', p_seq, p_chunks USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO shell.blobs (sha256, size, chunks) VALUES (p_sha256, p_size, p_chunks)
+    ON CONFLICT DO NOTHING;
+    IF p_chunks > 0 THEN
+        INSERT INTO shell.blob_chunks (sha256, seq, data) VALUES (p_sha256, p_seq, p_data)
+        ON CONFLICT DO NOTHING;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION shell.put_file(p_session shell.sessions, p_root text, p_upload jsonb) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    new_root text;
+    quota bigint;
+    used bigint;
+BEGIN
+    new_root := shell.tree_put_path(coalesce(p_root, shell.empty_tree()),
+        shell.path_parts(p_upload ->> 'path'),
+        jsonb_build_object('kind', 'file', 'mode', (p_upload ->> 'mode')::integer,
+                           'size', (p_upload ->> 'size')::bigint, 'object', p_upload ->> 'sha256'));
+    SELECT u.max_file_bytes INTO quota FROM shell.users u WHERE u.id = p_session.user_id;
+    used := shell.user_file_bytes(p_session.user_id)
+            - coalesce((SELECT t.size FROM shell.trees t WHERE t.hash = p_root), 0)
+            + (SELECT t.size FROM shell.trees t WHERE t.hash = new_root);
+    IF used > quota THEN
+        RAISE EXCEPTION 'files quota reached (% of % bytes)', used, quota USING ERRCODE = 'PT413',
+            HINT = 'Delete files in the session, or ask an administrator to raise max_file_bytes.';
+    END IF;
+    RETURN new_root;
+END
+$$;
+
+CREATE FUNCTION shell.put_tree(p_entries jsonb) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    h text := shell.tree_hash(p_entries);
+    bad jsonb;
+BEGIN
+    -- Found again: renewed, so retention's grace period protects it too.
+    UPDATE shell.trees t SET created_at = now() WHERE t.hash = h;
+    IF FOUND THEN
+        RETURN h;
+    END IF;
+    SELECT e INTO bad FROM jsonb_array_elements(p_entries) e
+    WHERE NOT CASE e ->> 'kind'
+        WHEN 'file' THEN EXISTS (SELECT FROM shell.blobs b WHERE b.sha256 = e ->> 'object'
+                                 AND b.size = (e ->> 'size')::bigint
+                                 AND (SELECT count(*) FROM shell.blob_chunks k WHERE k.sha256 = b.sha256) = b.chunks)
+        WHEN 'dir' THEN EXISTS (SELECT FROM shell.trees t WHERE t.hash = e ->> 'object'
+                                AND t.size = (e ->> 'size')::bigint)
+        WHEN 'symlink' THEN (e ->> 'size')::bigint = 0
+        ELSE false END
+    LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'tree entry % refers to nothing stored', bad ->> 'name' USING ERRCODE = '22023',
+            DETAIL = left(bad::text, 500), HINT = 'Store blobs and subtrees before the trees holding them.';
+    END IF;
+    INSERT INTO shell.trees (hash, size)
+    VALUES (h, (SELECT coalesce(sum((e ->> 'size')::bigint), 0) FROM jsonb_array_elements(p_entries) e));
+    INSERT INTO shell.tree_entries (tree, name, kind, mode, size, object, target)
+    SELECT h, e ->> 'name', e ->> 'kind', (e ->> 'mode')::integer, (e ->> 'size')::bigint,
+           e ->> 'object', e ->> 'target'
+    FROM jsonb_array_elements(p_entries) e;
+    RETURN h;
+EXCEPTION WHEN unique_violation THEN
+    -- Stored concurrently by another executor: same hash, same content.
+    RETURN h;
+END
+$$;
+
+CREATE FUNCTION shell.put_trees(p_trees jsonb) RETURNS text[]
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(array_agg(shell.put_tree(t.entries) ORDER BY t.n), '{}')
+    FROM jsonb_array_elements(p_trees) WITH ORDINALITY AS t(entries, n)
+$$;
 
 CREATE FUNCTION shell.queue_depth() RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -824,14 +1051,55 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.render_changes(c shell.commands) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    max_listed constant integer := 100;
+    total bigint;
+    summary text;
+    listed text;
+BEGIN
+    IF c.status NOT IN ('done', 'failed', 'cancelled')
+       OR c.root_before IS NULL OR c.root_after IS NULL OR c.root_before = c.root_after THEN
+        RETURN '';
+    END IF;
+    WITH d AS (
+        SELECT ch.path, ch.change, ch.kind,
+               row_number() OVER (ORDER BY convert_to(ch.path, 'UTF8')) AS n
+        FROM shell_api.command_changes(c.id) ch
+    )
+    SELECT count(*),
+           concat_ws(', ',
+               nullif(count(*) FILTER (WHERE d.change = 'added'), 0) || ' added',
+               nullif(count(*) FILTER (WHERE d.change = 'modified'), 0) || ' modified',
+               nullif(count(*) FILTER (WHERE d.change = 'deleted'), 0) || ' deleted'),
+           string_agg(format('<li class="%s"><span class="change">%s</span> <span class="path">%s</span></li>',
+                             d.change, d.change,
+                             shell.html_escape(d.path || CASE WHEN d.kind = 'dir' THEN '/' ELSE '' END)),
+                      '' ORDER BY d.n) FILTER (WHERE d.n <= max_listed)
+    INTO total, summary, listed
+    FROM d;
+    IF total = 0 THEN
+        RETURN '';
+    END IF;
+    RETURN format('<details class="changes"><summary>%s</summary><ul>%s%s</ul></details>',
+                  summary, listed,
+                  CASE WHEN total > max_listed
+                       THEN format('<li class="more">and %s more</li>', total - max_listed) ELSE '' END);
+END
+$$;
+
 CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO ''
     AS $_$
     SELECT format(
-        '<article class="cmd" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s">'
+        '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s">'
         '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>%s</div>'
-        '<pre class="out">%s</pre><div class="meta">%s</div></article>',
+        '<pre class="out">%s</pre><div class="meta">%s</div>%s</article>',
+        CASE WHEN c.upload IS NOT NULL THEN ' upload' ELSE '' END,
         c.id, c.id, c.status, c.change_seq,
         shell.html_escape(coalesce(c.cwd_before, '')), shell.html_escape(c.command),
         CASE WHEN c.status IN ('pending', 'claimed', 'running')
@@ -840,7 +1108,8 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
         shell.ansi_html(shell.output_of(c)),
         shell.html_escape(concat_ws(' · ', c.status,
             'exit ' || c.exit_code, c.reason, c.duration_ms || ' ms',
-            CASE WHEN c.truncated THEN 'output truncated' END)))
+            CASE WHEN c.truncated THEN 'output truncated' END)),
+        shell.render_changes(c))
 $_$;
 
 CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
@@ -855,7 +1124,7 @@ CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
         'cwd_before', c.cwd_before, 'env_before', c.env_before,
         'cwd_after', c.cwd_after, 'env_after', c.env_after,
         'image_digest', c.image_digest, 'worker_id', c.worker_id, 'attempt', c.attempts,
-        'duration_ms', c.duration_ms)
+        'duration_ms', c.duration_ms, 'root_before', c.root_before, 'root_after', c.root_after)
 $$;
 
 CREATE FUNCTION shell.retention_plan(p_session_id uuid, p_before timestamp with time zone, p_limit integer) RETURNS TABLE(command_ids bigint[], chain_seq bigint, chain_hash text, removed bigint)
@@ -910,6 +1179,29 @@ CREATE FUNCTION shell.retention_sessions(p_before timestamp with time zone, p_af
     WHERE c.chain_seq IS NOT NULL AND c.completed_at < p_before
       AND (p_after IS NULL OR c.session_id > p_after)
     GROUP BY c.session_id ORDER BY c.session_id LIMIT p_limit
+$$;
+
+CREATE FUNCTION shell.root_at(p_session_id uuid, p_command_id bigint) RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    s shell.sessions := shell.owned_session(p_session_id);
+    c shell.commands;
+BEGIN
+    IF p_command_id IS NULL THEN
+        RETURN coalesce(s.root, shell.empty_tree());
+    END IF;
+    c := shell.owned_command(p_command_id);
+    IF c.session_id <> s.id THEN
+        PERFORM shell.command_not_found();
+    END IF;
+    IF c.status NOT IN ('done', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'command % has not finished', p_command_id USING ERRCODE = '22023',
+            HINT = 'Ask again when it has completed, or leave p_command_id out for the files now.';
+    END IF;
+    RETURN coalesce(c.root_after, c.root_before, shell.empty_tree());
+END
 $$;
 
 CREATE FUNCTION shell.session_not_found() RETURNS void
@@ -989,6 +1281,133 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.tree_diff(p_old text, p_new text) RETURNS TABLE(path text, change text, old_kind text, old_object text, kind text, mode integer, size bigint, object text, target text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    WITH RECURSIVE pairs (path, o_kind, o_mode, o_object, o_target, n_kind, n_mode, n_size, n_object, n_target) AS (
+        SELECT coalesce(n.name, o.name), o.kind, o.mode, o.object, o.target,
+               n.kind, n.mode, n.size, n.object, n.target
+        FROM (SELECT * FROM shell.tree_entries e WHERE e.tree = p_old) o
+        FULL JOIN (SELECT * FROM shell.tree_entries e WHERE e.tree = p_new) n ON n.name = o.name
+        WHERE p_old IS DISTINCT FROM p_new
+        UNION ALL
+        SELECT p.path || '/' || coalesce(sub.n_name, sub.o_name), sub.o_kind, sub.o_mode, sub.o_object, sub.o_target,
+               sub.n_kind, sub.n_mode, sub.n_size, sub.n_object, sub.n_target
+        FROM pairs p
+        CROSS JOIN LATERAL (
+            SELECT o.name AS o_name, o.kind AS o_kind, o.mode AS o_mode, o.object AS o_object, o.target AS o_target,
+                   n.name AS n_name, n.kind AS n_kind, n.mode AS n_mode, n.size AS n_size,
+                   n.object AS n_object, n.target AS n_target
+            FROM (SELECT * FROM shell.tree_entries e WHERE p.o_kind = 'dir' AND e.tree = p.o_object) o
+            FULL JOIN (SELECT * FROM shell.tree_entries e WHERE p.n_kind = 'dir' AND e.tree = p.n_object) n
+                ON n.name = o.name
+        ) sub
+        WHERE (p.o_kind = 'dir' OR p.n_kind = 'dir') AND p.o_object IS DISTINCT FROM p.n_object
+    )
+    SELECT p.path,
+           CASE WHEN p.o_kind IS NULL THEN 'added' WHEN p.n_kind IS NULL THEN 'deleted' ELSE 'modified' END,
+           p.o_kind, p.o_object, p.n_kind, p.n_mode, p.n_size, p.n_object, p.n_target
+    FROM pairs p
+    WHERE p.o_kind IS DISTINCT FROM p.n_kind OR p.o_mode IS DISTINCT FROM p.n_mode
+       OR p.o_target IS DISTINCT FROM p.n_target
+       OR (p.n_kind <> 'dir' AND p.o_object IS DISTINCT FROM p.n_object)
+    ORDER BY convert_to(p.path, 'UTF8')
+$$;
+
+CREATE TABLE shell.tree_entries (
+    tree text NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    mode integer NOT NULL,
+    size bigint NOT NULL,
+    object text,
+    target text,
+    CONSTRAINT tree_entries_check CHECK (((kind = 'symlink'::text) = (object IS NULL))),
+    CONSTRAINT tree_entries_check1 CHECK (((kind = 'symlink'::text) = (target IS NOT NULL))),
+    CONSTRAINT tree_entries_kind_check CHECK ((kind = ANY (ARRAY['file'::text, 'dir'::text, 'symlink'::text]))),
+    CONSTRAINT tree_entries_mode_check CHECK (((mode >= 0) AND (mode <= 4095))),
+    CONSTRAINT tree_entries_name_check CHECK (((name <> ALL (ARRAY[''::text, '.'::text, '..'::text])) AND (strpos(name, '/'::text) = 0) AND (octet_length(name) <= 255))),
+    CONSTRAINT tree_entries_size_check CHECK ((size >= 0))
+);
+
+CREATE FUNCTION shell.tree_entry(p_root text, p_parts text[]) RETURNS shell.tree_entries
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    found shell.tree_entries;
+    at_tree text := p_root;
+    i integer;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_parts, 1), 0) LOOP
+        SELECT * INTO found FROM shell.tree_entries e WHERE e.tree = at_tree AND e.name = p_parts[i];
+        IF found.tree IS NULL OR (i < array_length(p_parts, 1) AND found.kind <> 'dir') THEN
+            RETURN NULL;
+        END IF;
+        at_tree := found.object;
+    END LOOP;
+    RETURN found;
+END
+$$;
+
+CREATE FUNCTION shell.tree_hash(p_entries jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT encode(sha256('\x7472656500'::bytea || coalesce(string_agg(
+        convert_to(format('%s %s %s %s', e ->> 'kind', e ->> 'mode', e ->> 'size', coalesce(e ->> 'object', '')), 'UTF8')
+        || '\x00'::bytea || convert_to(e ->> 'name', 'UTF8') || '\x00'::bytea
+        || convert_to(coalesce(e ->> 'target', ''), 'UTF8') || '\x00'::bytea,
+        ''::bytea ORDER BY convert_to(e ->> 'name', 'UTF8')), ''::bytea)), 'hex')
+    FROM jsonb_array_elements(p_entries) e
+$$;
+
+CREATE FUNCTION shell.tree_listing(p_root text) RETURNS TABLE(path text, kind text, mode integer, size bigint, object text, target text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    WITH RECURSIVE walk (path, kind, mode, size, object, target) AS (
+        SELECT e.name, e.kind, e.mode, e.size, e.object, e.target
+        FROM shell.tree_entries e WHERE e.tree = p_root
+        UNION ALL
+        SELECT w.path || '/' || e.name, e.kind, e.mode, e.size, e.object, e.target
+        FROM walk w JOIN shell.tree_entries e ON e.tree = w.object
+        WHERE w.kind = 'dir'
+    )
+    SELECT * FROM walk ORDER BY convert_to(walk.path, 'UTF8')
+$$;
+
+CREATE FUNCTION shell.tree_put_path(p_root text, p_parts text[], p_entry jsonb) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    head text := p_parts[1];
+    here shell.tree_entries;
+    child jsonb;
+    entries jsonb;
+BEGIN
+    SELECT * INTO here FROM shell.tree_entries e WHERE e.tree = p_root AND e.name = head;
+    IF array_length(p_parts, 1) = 1 THEN
+        child := CASE WHEN p_entry IS NULL THEN NULL ELSE p_entry || jsonb_build_object('name', head) END;
+    ELSE
+        IF here.tree IS NOT NULL AND here.kind <> 'dir' THEN
+            RAISE EXCEPTION '% is not a directory', head USING ERRCODE = '22023';
+        END IF;
+        child := jsonb_build_object('name', head, 'kind', 'dir', 'mode', coalesce(here.mode, 493),
+            'object', shell.tree_put_path(coalesce(here.object, shell.empty_tree()), p_parts[2:], p_entry));
+        child := child || jsonb_build_object('size', (SELECT t.size FROM shell.trees t WHERE t.hash = child ->> 'object'));
+    END IF;
+    SELECT coalesce(jsonb_agg(to_jsonb(e) - 'tree'), '[]'::jsonb) INTO entries
+    FROM shell.tree_entries e WHERE e.tree = p_root AND e.name <> head;
+    IF child IS NOT NULL THEN
+        entries := entries || jsonb_build_array(child);
+    END IF;
+    RETURN shell.put_tree(entries);
+END
+$$;
+
 CREATE FUNCTION shell.usage_report(p_consumer text DEFAULT 'default'::text, p_since timestamp with time zone DEFAULT (now() - '1 day'::interval)) RETURNS TABLE(user_id uuid, username text, commands bigint, run_ms bigint, output_bytes bigint, from_time timestamp with time zone, until_time timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1036,6 +1455,14 @@ BEGIN
 END
 $_$;
 
+CREATE FUNCTION shell.user_file_bytes(p_user_id uuid) RETURNS bigint
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(sum(t.size), 0) FROM shell.sessions s JOIN shell.trees t ON t.hash = s.root
+    WHERE s.user_id = p_user_id
+$$;
+
 CREATE FUNCTION shell.utc_text(t timestamp with time zone) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
@@ -1073,6 +1500,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.command_changes(p_command_id bigint) RETURNS TABLE(path text, change text, kind text, size bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT d.path, d.change, coalesce(d.kind, d.old_kind), coalesce(d.size, 0)
+    FROM shell.owned_command(p_command_id) c
+    CROSS JOIN LATERAL shell.tree_diff(c.root_before, c.root_after) d
+    WHERE c.root_after IS NOT NULL AND c.root_before IS NOT NULL
+$$;
+
 CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text) RETURNS uuid
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
@@ -1086,13 +1523,18 @@ CREATE FUNCTION shell_api.fork_session(p_source_command_id bigint) RETURNS uuid
     AS $$
 DECLARE
     source shell.commands := shell.owned_command(p_source_command_id);
+    new_id uuid;
 BEGIN
     IF source.cwd_after IS NULL THEN
         RAISE EXCEPTION 'command % has not finished running', p_source_command_id
             USING ERRCODE = '22023', HINT = 'Fork from a command that ran to completion.';
     END IF;
-    RETURN shell.new_session(source.user_id, 'fork of command ' || source.id,
-                             source.cwd_after, source.env_after, p_forked_from => source.id);
+    new_id := shell.new_session(source.user_id, 'fork of command ' || source.id,
+                                source.cwd_after, source.env_after, p_forked_from => source.id);
+    -- The files right after the command (a command that did not complete
+    -- left them as they were before it).
+    UPDATE shell.sessions s SET root = coalesce(source.root_after, source.root_before) WHERE s.id = new_id;
+    RETURN new_id;
 END
 $$;
 
@@ -1187,6 +1629,26 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.read_file(p_session_id uuid, p_path text, p_command_id bigint DEFAULT NULL::bigint) RETURNS bytea
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    root text := shell.root_at(p_session_id, p_command_id);
+    entry shell.tree_entries := shell.tree_entry(root, shell.path_parts(p_path));
+BEGIN
+    IF entry.tree IS NULL THEN
+        RAISE EXCEPTION 'no such file: %', p_path USING ERRCODE = '22023',
+            HINT = 'List the session''s files with session_files.';
+    END IF;
+    IF entry.kind <> 'file' THEN
+        RAISE EXCEPTION '% is a %, not a file', p_path, CASE entry.kind WHEN 'dir' THEN 'directory' ELSE 'symbolic link' END
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN shell.blob_content(entry.object);
+END
+$$;
+
 CREATE FUNCTION shell_api.replay_comparison(p_run_id uuid) RETURNS TABLE(original_id bigint, replay_id bigint, command text, original_status text, original_exit_code integer, original_output text, original_image_digest text, replay_status text, replay_exit_code integer, replay_output text, replay_reason text, replay_image_digest text)
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -1237,13 +1699,22 @@ BEGIN
         source.user_id, 'replay of ' || left(coalesce(source.name, source.id::text), 150) || ' from ' || start.id,
         coalesce(start.cwd_before, '/home/sandbox'), coalesce(start.env_before, '{}'::jsonb),
         p_replay_of => source.id);
+    -- A start command that never ran has no root_before: the files it would
+    -- have started from are the root of the last command before it that has one.
+    UPDATE shell.sessions s SET root = coalesce(start.root_before,
+        (SELECT coalesce(c.root_after, c.root_before) FROM shell.commands c
+         WHERE c.session_id = source.id AND c.id < start.id AND coalesce(c.root_after, c.root_before) IS NOT NULL
+         ORDER BY c.id DESC LIMIT 1),
+        shell.empty_tree())
+    WHERE s.id = run_id;
     SELECT * INTO run_session FROM shell.sessions s WHERE s.id = run_id;
     FOR original IN
         SELECT * FROM shell.commands c
         WHERE c.session_id = source.id AND c.id >= p_start_id AND c.replay_of_command_id IS NULL
         ORDER BY c.id
     LOOP
-        PERFORM shell.enqueue(run_session, original.command, run_session.id, original.id, original.image_digest);
+        PERFORM shell.enqueue(run_session, original.command, run_session.id, original.id,
+                              original.image_digest, original.upload);
     END LOOP;
     RETURN run_session.id;
 END
@@ -1291,6 +1762,14 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint DEFAULT NULL::bigint) RETURNS TABLE(path text, kind text, mode integer, size bigint, sha256 text, target text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT l.path, l.kind, l.mode, l.size, CASE WHEN l.kind = 'file' THEN l.object END, l.target
+    FROM shell.tree_listing(shell.root_at(p_session_id, p_command_id)) l
+$$;
+
 CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1319,6 +1798,82 @@ BEGIN
     RETURN (SELECT shell.render_command(c) FROM shell.commands c WHERE c.id = new_id);
 END
 $$;
+
+CREATE FUNCTION shell_api.upload_file(p_session_id uuid, p_path text, p_content bytea, p_mode integer DEFAULT 420) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    s shell.sessions := shell.owned_session(p_session_id);
+    max_upload constant bigint := 67108864;
+    chunk constant integer := 4194304;
+    digest text;
+    upload jsonb;
+    new_root text;
+    new_id bigint;
+    seq bigint;
+    n integer;
+BEGIN
+    PERFORM shell.path_parts(p_path);
+    IF p_content IS NULL THEN
+        RAISE EXCEPTION 'no content' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_content) > max_upload THEN
+        RAISE EXCEPTION 'file is too large (% bytes)', octet_length(p_content) USING ERRCODE = 'PT413',
+            DETAIL = format('An upload may be at most %s bytes.', max_upload);
+    END IF;
+    IF p_mode IS NULL OR p_mode NOT BETWEEN 0 AND 511 THEN
+        RAISE EXCEPTION 'mode must be between 0 and 511 (0o777)' USING ERRCODE = '22023';
+    END IF;
+    -- Lane first (the lock order of every transition): the session must be idle.
+    UPDATE shell.lanes l SET change_seq = l.change_seq + 1 WHERE l.session_id = s.id
+    RETURNING l.change_seq INTO seq;
+    IF EXISTS (SELECT FROM shell.lanes l WHERE l.session_id = s.id AND (l.pending > 0 OR l.active_command_id IS NOT NULL)) THEN
+        RAISE EXCEPTION 'session is busy' USING ERRCODE = 'PT409',
+            HINT = 'Upload when its commands have finished.';
+    END IF;
+    SELECT * INTO s FROM shell.sessions x WHERE x.id = s.id FOR UPDATE;
+    digest := encode(sha256(p_content), 'hex');
+    n := greatest(1, ceil(octet_length(p_content)::numeric / chunk)::integer);
+    IF octet_length(p_content) = 0 THEN
+        n := 0;
+    END IF;
+    INSERT INTO shell.blobs (sha256, size, chunks) VALUES (digest, octet_length(p_content), n) ON CONFLICT DO NOTHING;
+    INSERT INTO shell.blob_chunks (sha256, seq, data)
+    SELECT digest, i, substring(p_content FROM i * chunk + 1 FOR chunk) FROM generate_series(0, n - 1) i
+    ON CONFLICT DO NOTHING;
+    upload := jsonb_build_object('path', p_path, 'sha256', digest, 'size', octet_length(p_content), 'mode', p_mode);
+    new_root := shell.put_file(s, s.root, upload);
+    INSERT INTO shell.commands (session_id, user_id, command, status, submitted_at, claimed_at, started_at,
+        completed_at, exit_code, duration_ms, output, cwd_before, env_before, cwd_after, env_after,
+        root_before, root_after, upload, change_seq)
+    VALUES (s.id, s.user_id, 'upload ' || p_path, 'done', now(), now(), now(), now(), 0, 0, '',
+            s.cwd, s.env, s.cwd, s.env, s.root, new_root, upload, seq)
+    RETURNING id INTO new_id;
+    PERFORM shell.chain_result(new_id);
+    UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
+    UPDATE shell.lanes l SET cached_on = NULL WHERE l.session_id = s.id;  -- no host's copy holds it
+    RETURN new_id;
+END
+$$;
+
+CREATE TABLE shell.blob_chunks (
+    sha256 text NOT NULL,
+    seq integer NOT NULL,
+    data bytea NOT NULL,
+    CONSTRAINT blob_chunks_data_check CHECK ((octet_length(data) <= 4194304)),
+    CONSTRAINT blob_chunks_seq_check CHECK ((seq >= 0))
+);
+
+CREATE TABLE shell.blobs (
+    sha256 text NOT NULL,
+    size bigint NOT NULL,
+    chunks integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT blobs_chunks_check CHECK ((chunks >= 0)),
+    CONSTRAINT blobs_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT blobs_size_check CHECK ((size >= 0))
+);
 
 CREATE TABLE shell.chain_checkpoints (
     session_id uuid NOT NULL,
@@ -1364,6 +1919,7 @@ CREATE TABLE shell.lanes (
     change_seq bigint DEFAULT 0 NOT NULL,
     chain_seq bigint DEFAULT 0 NOT NULL,
     chain_head text DEFAULT repeat('0'::text, 64) NOT NULL,
+    cached_on text,
     CONSTRAINT lanes_pending_check CHECK ((pending >= 0))
 );
 
@@ -1390,6 +1946,14 @@ CREATE TABLE shell.signing_keys (
     CONSTRAINT signing_keys_public_key_check CHECK ((public_key ~ '^[0-9a-f]{64}$'::text))
 );
 
+CREATE TABLE shell.trees (
+    hash text NOT NULL,
+    size bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT trees_hash_check CHECK ((hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT trees_size_check CHECK ((size >= 0))
+);
+
 CREATE TABLE shell.usage_watermarks (
     consumer text NOT NULL,
     covered_until timestamp with time zone NOT NULL,
@@ -1406,11 +1970,19 @@ CREATE TABLE shell.users (
     max_sessions integer DEFAULT 20 NOT NULL,
     max_running integer DEFAULT 2 NOT NULL,
     max_queued integer DEFAULT 100 NOT NULL,
+    max_file_bytes bigint DEFAULT 1073741824 NOT NULL,
+    CONSTRAINT users_max_file_bytes_check CHECK ((max_file_bytes >= 0)),
     CONSTRAINT users_max_queued_check CHECK ((max_queued >= 0)),
     CONSTRAINT users_max_running_check CHECK ((max_running >= 0)),
     CONSTRAINT users_max_sessions_check CHECK ((max_sessions >= 0)),
     CONSTRAINT users_username_check CHECK ((username ~ '^[a-z_][a-z0-9_.-]{0,62}$'::text))
 );
+
+ALTER TABLE ONLY shell.blob_chunks
+    ADD CONSTRAINT blob_chunks_pkey PRIMARY KEY (sha256, seq);
+
+ALTER TABLE ONLY shell.blobs
+    ADD CONSTRAINT blobs_pkey PRIMARY KEY (sha256);
 
 ALTER TABLE ONLY shell.chain_checkpoints
     ADD CONSTRAINT chain_checkpoints_pkey PRIMARY KEY (session_id);
@@ -1441,6 +2013,12 @@ ALTER TABLE ONLY shell.signing_keys
 
 ALTER TABLE ONLY shell.signing_keys
     ADD CONSTRAINT signing_keys_public_key_key UNIQUE (public_key);
+
+ALTER TABLE ONLY shell.tree_entries
+    ADD CONSTRAINT tree_entries_pkey PRIMARY KEY (tree, name);
+
+ALTER TABLE ONLY shell.trees
+    ADD CONSTRAINT trees_pkey PRIMARY KEY (hash);
 
 ALTER TABLE ONLY shell.usage_watermarks
     ADD CONSTRAINT usage_watermarks_pkey PRIMARY KEY (consumer);
@@ -1481,15 +2059,26 @@ CREATE INDEX sessions_forked_from ON shell.sessions USING btree (forked_from_com
 
 CREATE INDEX sessions_user_id ON shell.sessions USING btree (user_id, created_at);
 
+CREATE INDEX tree_entries_object ON shell.tree_entries USING btree (object) WHERE (object IS NOT NULL);
+
 CREATE TRIGGER lanes_notify_change AFTER UPDATE OF change_seq ON shell.lanes FOR EACH ROW WHEN ((new.change_seq IS DISTINCT FROM old.change_seq)) EXECUTE FUNCTION shell.notify_change();
 
 CREATE TRIGGER output_chunks_append_only BEFORE UPDATE ON shell.output_chunks FOR EACH ROW EXECUTE FUNCTION shell.forbid_change();
+
+ALTER TABLE ONLY shell.blob_chunks
+    ADD CONSTRAINT blob_chunks_sha256_fkey FOREIGN KEY (sha256) REFERENCES shell.blobs(sha256) ON DELETE CASCADE;
 
 ALTER TABLE ONLY shell.chain_checkpoints
     ADD CONSTRAINT chain_checkpoints_session_id_fkey FOREIGN KEY (session_id) REFERENCES shell.sessions(id);
 
 ALTER TABLE ONLY shell.commands
     ADD CONSTRAINT commands_replay_of_command_id_fkey FOREIGN KEY (replay_of_command_id) REFERENCES shell.commands(id);
+
+ALTER TABLE ONLY shell.commands
+    ADD CONSTRAINT commands_root_after_fkey FOREIGN KEY (root_after) REFERENCES shell.trees(hash);
+
+ALTER TABLE ONLY shell.commands
+    ADD CONSTRAINT commands_root_before_fkey FOREIGN KEY (root_before) REFERENCES shell.trees(hash);
 
 ALTER TABLE ONLY shell.commands
     ADD CONSTRAINT commands_session_id_fkey FOREIGN KEY (session_id) REFERENCES shell.sessions(id);
@@ -1513,7 +2102,17 @@ ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_replay_of_session_id_fkey FOREIGN KEY (replay_of_session_id) REFERENCES shell.sessions(id);
 
 ALTER TABLE ONLY shell.sessions
+    ADD CONSTRAINT sessions_root_fkey FOREIGN KEY (root) REFERENCES shell.trees(hash);
+
+ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id);
+
+ALTER TABLE ONLY shell.tree_entries
+    ADD CONSTRAINT tree_entries_tree_fkey FOREIGN KEY (tree) REFERENCES shell.trees(hash) ON DELETE CASCADE;
+
+ALTER TABLE shell.blob_chunks ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.blobs ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.chain_checkpoints ENABLE ROW LEVEL SECURITY;
 
@@ -1538,6 +2137,10 @@ ALTER TABLE shell.sessions ENABLE ROW LEVEL SECURITY;
 CREATE POLICY sessions_owner ON shell.sessions FOR SELECT TO shell_user USING ((user_id = ( SELECT shell.current_user_id() AS current_user_id)));
 
 ALTER TABLE shell.signing_keys ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.tree_entries ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.trees ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.usage_watermarks ENABLE ROW LEVEL SECURITY;
 
