@@ -136,3 +136,23 @@ def test_claiming_prefers_the_host_whose_copy_is_current_for_a_short_grace(db):
     assert [r["command_id"] for r in claim(there, "there", 0)] == [second]  # no grace: anyone takes it
     with raises_sqlstate("22023", "p_grace_ms"):
         claim(there, "there", -1)
+
+
+def test_an_upload_never_replaces_a_directory(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    one(alice.conn, "SELECT shell_api.upload_file(%s, 'd/inside', 'x')", (session,))
+    with raises_sqlstate("22023", "d is a directory"):
+        call(alice.conn, "SELECT shell_api.upload_file(%s, 'd', 'y')", (session,))
+    with raises_sqlstate("22023", "not a directory"):
+        call(alice.conn, "SELECT shell_api.upload_file(%s, 'd/inside/deeper', 'y')", (session,))
+    assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)", (session,))] == [
+        "d", "d/inside"]
+
+
+def test_changes_of_an_unfinished_command_are_refused(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    queued = alice.submit(session, "true")
+    with raises_sqlstate("22023", "has not finished"):
+        call(alice.conn, "SELECT * FROM shell_api.command_changes(%s)", (queued,))
