@@ -1,6 +1,7 @@
 // pg_shell's page: sign-in, the session list and the terminal. htmx posts
 // commands; this file keeps the token, the live-output loop, the input
-// line's history and the buttons the server's fragments carry.
+// line's history and the buttons the server's fragments carry. The files
+// panel is files.js, loaded after this file.
 "use strict";
 
 const TOKEN_KEY = "pg_shell.token";
@@ -31,8 +32,9 @@ async function errorOf(response) {
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
-// One /rpc call: JSON in, JSON (or HTML with html: true) out.
-async function rpc(name, { args = null, get = false, html = false, signal, headers = {} } = {}) {
+// One /rpc call: JSON in, JSON (or HTML with html: true, a Blob of the raw
+// bytes with bytes: true) out.
+async function rpc(name, { args = null, get = false, html = false, bytes = false, signal, headers = {} } = {}) {
   const init = { method: get ? "GET" : "POST", signal, headers: { ...headers } };
   let url = `/rpc/${name}`;
   if (get && args) url += "?" + new URLSearchParams(args);
@@ -41,10 +43,10 @@ async function rpc(name, { args = null, get = false, html = false, signal, heade
     init.body = JSON.stringify(args || {});
   }
   if (token()) init.headers.Authorization = `Bearer ${token()}`;
-  init.headers.Accept = html ? "text/html" : "application/json";
+  init.headers.Accept = html ? "text/html" : bytes ? "application/octet-stream" : "application/json";
   const response = await fetch(url, init);
   if (!response.ok) throw await errorOf(response);
-  return html ? response.text() : response.json();
+  return html ? response.text() : bytes ? response.blob() : response.json();
 }
 
 function fail(error) {
@@ -160,6 +162,7 @@ const terminal = {
     if (this.abort) this.abort.abort();
     this.abort = null;
     this.sessionId = null;
+    files.close();
   },
 
   async open(id) {
@@ -172,6 +175,7 @@ const terminal = {
     $("#scrollback").replaceChildren();
     $("#where").textContent = id;
     show("terminal-view");
+    files.open(id);
     $("#command").focus();
     rpc("list_sessions", { get: true }).then((list) => {
       const s = list.find((x) => x.id === id);
@@ -181,7 +185,7 @@ const terminal = {
       const html = await rpc("latest_output_html", { get: true, html: true,
         args: { p_session_id: id, p_since_id: 0, p_limit: 100 } });
       if (generation !== this.generation) return;
-      this.apply(html);
+      this.apply(html, true);
       this.follow(generation);
     } catch (error) {
       if (generation === this.generation) fail(error);
@@ -216,21 +220,26 @@ const terminal = {
 
   // Puts fragments into the scrollback: a known command is replaced in
   // place, a new one goes in id order. Keeps the view pinned to the bottom
-  // if it was there.
-  apply(html) {
+  // if it was there. A finished command that changed files (it carries a
+  // summary of its changes) has the files panel read them again.
+  apply(html, initial = false) {
     const box = $("#scrollback");
     const pinned = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
     const template = document.createElement("template");
     template.innerHTML = html;
+    let filesChanged = false;
     for (const article of template.content.querySelectorAll("article.cmd")) {
       this.cursor = Math.max(this.cursor, Number(article.dataset.change) || 0);
+      filesChanged ||= article.querySelector(":scope > details.changes") !== null;
       upsert(box, article);
     }
     if (pinned) box.scrollTop = box.scrollHeight;
+    if (filesChanged && !initial) files.changed();
   },
 
-  // History is what the scrollback shows, so it survives a reload and
-  // never disagrees with the page; it is read when a recall starts.
+  // History is what the scrollback shows (uploads are not commands to run
+  // again), so it survives a reload and never disagrees with the page; it
+  // is read when a recall starts.
   resetHistory() {
     this.history = [];
     this.historyIndex = 0;
@@ -238,7 +247,8 @@ const terminal = {
   },
 
   startRecall(draft) {
-    this.history = [...$("#scrollback").querySelectorAll("article.cmd .text")].map((t) => t.textContent);
+    this.history = [...$("#scrollback").querySelectorAll("article.cmd:not(.upload) .text")]
+      .map((t) => t.textContent);
     this.historyIndex = this.history.length;
     this.draft = draft;
   },
@@ -361,4 +371,5 @@ $("#scrollback").addEventListener("click", async (event) => {
 });
 
 window.addEventListener("hashchange", route);
-route();
+// After every deferred script has run: files.js comes after this file.
+document.addEventListener("DOMContentLoaded", route);
