@@ -9,6 +9,8 @@ CREATE EXTENSION IF NOT EXISTS pgcrypto WITH SCHEMA shell;
 
 COMMENT ON EXTENSION pgcrypto IS 'cryptographic functions';
 
+CREATE DOMAIN shell_api."application/octet-stream" AS bytea;
+
 CREATE DOMAIN shell_api."text/html" AS text;
 
 CREATE FUNCTION shell.ansi_html(t text) RETURNS text
@@ -1390,6 +1392,10 @@ DECLARE
 BEGIN
     SELECT * INTO here FROM shell.tree_entries e WHERE e.tree = p_root AND e.name = head;
     IF array_length(p_parts, 1) = 1 THEN
+        IF here.kind = 'dir' AND p_entry IS NOT NULL THEN
+            RAISE EXCEPTION '% is a directory', head USING ERRCODE = '22023',
+                HINT = 'Give the path of a file inside it, or another name.';
+        END IF;
         child := CASE WHEN p_entry IS NULL THEN NULL ELSE p_entry || jsonb_build_object('name', head) END;
     ELSE
         IF here.tree IS NOT NULL AND here.kind <> 'dir' THEN
@@ -1501,13 +1507,21 @@ END
 $$;
 
 CREATE FUNCTION shell_api.command_changes(p_command_id bigint) RETURNS TABLE(path text, change text, kind text, size bigint)
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
+DECLARE
+    c shell.commands := shell.owned_command(p_command_id);
+BEGIN
+    IF c.status NOT IN ('done', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'command % has not finished', p_command_id USING ERRCODE = '22023',
+            HINT = 'Its changes are known once it has completed.';
+    END IF;
+    RETURN QUERY
     SELECT d.path, d.change, coalesce(d.kind, d.old_kind), coalesce(d.size, 0)
-    FROM shell.owned_command(p_command_id) c
-    CROSS JOIN LATERAL shell.tree_diff(c.root_before, c.root_after) d
-    WHERE c.root_after IS NOT NULL AND c.root_before IS NOT NULL
+    FROM shell.tree_diff(c.root_before, c.root_after) d
+    WHERE c.root_after IS NOT NULL AND c.root_before IS NOT NULL;
+END
 $$;
 
 CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text) RETURNS uuid
@@ -1629,7 +1643,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell_api.read_file(p_session_id uuid, p_path text, p_command_id bigint DEFAULT NULL::bigint) RETURNS bytea
+CREATE FUNCTION shell_api.read_file(p_session_id uuid, p_path text, p_command_id bigint DEFAULT NULL::bigint) RETURNS shell_api."application/octet-stream"
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$

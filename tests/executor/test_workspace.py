@@ -51,6 +51,19 @@ def test_files_directories_symlinks_and_modes_are_stored(daemon, shell):
     assert one(shell.conn, "SELECT root FROM shell.sessions WHERE id = %s", (shell.session_id,)) == row["root_after"]
 
 
+def test_entries_their_owner_cannot_read_or_write_are_captured_with_their_modes(daemon, shell):
+    row = shell.run("mkdir -p locked/inner && echo secret > locked/inner/f && echo hidden > unreadable"
+                    " && chmod 000 unreadable locked/inner/f && chmod 500 locked/inner && chmod 000 locked")
+    assert row["status"] == "done", row["output"]
+    stored = files(shell)
+    assert [stored[p]["mode"] for p in ("locked", "locked/inner", "locked/inner/f", "unreadable")] == [
+        0, 0o500, 0, 0]
+    assert read(shell, "locked/inner/f") == b"secret\n"
+    assert read(shell, "unreadable") == b"hidden\n"
+    row = shell.run("stat -c %a locked unreadable; chmod 700 locked; cat locked/inner/f 2>&1; echo $?")
+    assert row["output"] == "0\n0\ncat: locked/inner/f: Permission denied\n1\n", row["output"]
+
+
 def test_deletions_renames_and_odd_names_are_captured(daemon, shell):
     shell.run("mkdir -p a/b && echo 1 > a/b/one && echo 2 > two && echo 3 > 'with space'"
               " && echo 4 > \"$(printf 'new\\nline')\"")

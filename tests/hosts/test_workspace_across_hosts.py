@@ -113,10 +113,6 @@ def test_a_path_that_changes_kind_on_another_host_changes_kind_on_this_one(
                              ), row["output"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: the restore container cannot delete or create entries inside a directory its "
-    "owner made read-only (PermissionError), and the full rebuild it falls back to cannot wipe "
-    "it either, so every command of the session fails on this host"))
 def test_a_read_only_directory_is_brought_up_to_date_on_a_host_holding_an_older_copy(
         hosts: Hosts, shell: Shell) -> None:
     a, b = hosts
