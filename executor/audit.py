@@ -206,7 +206,7 @@ def _misplaced(sid: str, link: Mapping[str, Any], computed: str,
 
 def _check_checkpoint(sid: str, session: Mapping[str, Any], keys: Mapping[str, str]) -> Break | None:
     seq = session["checkpoint_seq"]
-    text = session.get("checkpoint_record")
+    text = str(session.get("checkpoint_record") or "")
     try:
         record = json.loads(text) if text else None
     except ValueError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 # Version 2 added the roots of the session's files before and after the
@@ -42,7 +43,7 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def facts_of(row: dict[str, Any]) -> dict[str, Any]:
+def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
     """The facts of a command row (as ``shell.audit_history`` returns it)."""
     return {
         "command_id": row["command_id"],

@@ -161,7 +161,7 @@ class Listener:
                 query(conn, "; ".join(f"LISTEN {c}" for c in self.CHANNELS))
                 self._listening = True
             if not conn.notifies:
-                select.select([conn, wake_fd], [], [], timeout)
+                select.select([conn.fileno(), wake_fd], [], [], timeout)
                 with translated_errors():
                     conn.poll()
         except (DatabaseError, OSError) as exc:

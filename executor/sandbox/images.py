@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 
-from .errors import EngineUnavailable, ImageNotFound, SandboxError
-from .runner import ENGINE_ERRORS, engine_error
+from .engine import ENGINE_ERRORS, connect, engine_error
+from .errors import ImageNotFound, SandboxError
 
 DEFAULT_REPOSITORY = "pg-shell-sandbox"
 
@@ -38,10 +38,7 @@ def repository_of(reference: str) -> str | None:
 
 class Images:
     def __init__(self, docker_host: str | None = None) -> None:
-        try:
-            self._client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
-        except docker.errors.DockerException as exc:
-            raise EngineUnavailable(str(exc)) from exc
+        self._client = connect(docker_host)
         self._api = self._client.api
 
     def close(self) -> None:
@@ -60,8 +57,8 @@ class Images:
             raise engine_error(exc, f"inspect image {reference}") from exc
         except ENGINE_ERRORS as exc:
             raise engine_error(exc, f"inspect image {reference}") from exc
-        return EngineImage(str(info["Id"]), tuple(info.get("RepoTags") or ()), _created(info.get("Created")),
-                           int(info.get("Size") or 0))
+        return EngineImage(str(info["Id"]), tuple(info.get("RepoTags") or ()),
+                           _created(info.get("Created")), int(info.get("Size") or 0))
 
     def exists(self, digest: str) -> bool:
         try:
@@ -76,7 +73,8 @@ class Images:
             rows = self._api.images(name=repository)
         except ENGINE_ERRORS as exc:
             raise engine_error(exc, f"list images of {repository}") from exc
-        images = [EngineImage(str(r["Id"]), tuple(t for t in r.get("RepoTags") or () if t != "<none>:<none>"),
+        images = [EngineImage(str(r["Id"]),
+                              tuple(t for t in r.get("RepoTags") or () if t != "<none>:<none>"),
                               int(r.get("Created") or 0), int(r.get("Size") or 0)) for r in rows]
         return sorted(images, key=lambda i: i.created, reverse=True)
 

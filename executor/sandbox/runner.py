@@ -1,8 +1,9 @@
 """Run one command in a fresh, locked-down container.
 
 Lifecycle: volume → create (stdin open) → attach → start → on_started →
-send the command on stdin → stream output while waiting with a deadline →
-collect exit status / OOM / state report. Removal is the caller's job
+send the command to the supervisor (protocol.py) → stream its frames while
+watching the deadline (watch.py) → collect exit status / OOM / state report /
+file manifest. Removal is the caller's job
 (``remove_container``), after the result is recorded, so it stays off the
 critical path.
 """
@@ -17,15 +18,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import docker
 import docker.errors
-import requests.exceptions
 from docker.utils.socket import frames_iter
 
-from .errors import ContainerFailed, EngineUnavailable, ImageNotFound, SandboxError
+from .engine import ENGINE_ERRORS, connect, engine_error
 from .model import Limits, RunRequest, RunResult
 from .output import OutputCapper
-from .protocol import Conversation, FileReceiver, ProtocolError, json_frame
+from .protocol import Conversation, FileReceiver, json_frame
 from .spec import (
     LABEL_COMMAND,
     LABEL_SCOPE,
@@ -37,6 +36,7 @@ from .spec import (
 )
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
+from .watch import Frames, Watch, pump
 
 log = logging.getLogger(__name__)
 
@@ -44,26 +44,10 @@ EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_OOM = 137  # 128 + SIGKILL, what the shell would show
 EXIT_CANCELLED = 130  # 128 + SIGINT: "interrupted by the user"
 
-POLL_S = 0.05  # how often cancel/deadline are checked while output is quiet
-STREAM_GRACE_S = 2.0  # how long to wait for the output stream after exit
-CAPTURE_TIMEOUT_S = 300.0  # for the file scan after the command (up to the disk quota)
 RESTORE_TIMEOUT_S = 600
-_EOF = object()
 
 OnStarted = Callable[[str], None]
 OnOutput = Callable[[str], None]
-
-
-def engine_error(exc: Exception, what: str, container_id: str | None = None) -> SandboxError:
-    """Map a docker/requests failure onto our exceptions."""
-    if isinstance(exc, docker.errors.ImageNotFound):
-        return ImageNotFound(f"{what}: {exc}", container_id=container_id)
-    if isinstance(exc, docker.errors.APIError) and exc.status_code is not None:
-        return ContainerFailed(f"{what}: {exc}", container_id=container_id)
-    return EngineUnavailable(f"{what}: {exc}", container_id=container_id)
-
-
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
 class Sandbox:
@@ -81,14 +65,7 @@ class Sandbox:
         self.limits = limits
         self.shell_root = shell_root
         self.scope = scope
-        try:
-            # docker_host None: DOCKER_HOST or the default socket. This is the
-            # executor's own config; containers never see os.environ.
-            self._client = (
-                docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
-            )
-        except docker.errors.DockerException as exc:
-            raise EngineUnavailable(str(exc)) from exc
+        self._client = connect(docker_host)
         self._api = self._client.api
         self.volumes: LoopVolumes | PlainVolumes
         if disk_quota == "loop":
@@ -237,13 +214,13 @@ class Sandbox:
         on_output: OnOutput,
         cancel: threading.Event,
         conversation: Conversation,
-    ) -> _Watch:
+    ) -> Watch:
         # Threads do the blocking parts (stdin, the frame stream, waiting for
         # exit); this thread only reacts, so a cancel or the deadline is
         # noticed within POLL_S even when the command is silent. on_output
         # is called from this (the caller's) thread. A bounded queue gives
         # backpressure: a slow consumer slows the reader, not our memory.
-        frames: queue.Queue[object] = queue.Queue(maxsize=64)
+        frames: Frames = queue.Queue(maxsize=64)
         exited = threading.Event()
         stop = threading.Event()  # we gave up: helper threads must not block forever
         exit_status: dict[str, Any] = {}
@@ -254,25 +231,6 @@ class Sandbox:
             except OSError:
                 pass  # the container died first; its exit status says why
 
-        def put(item: object) -> bool:
-            while not stop.is_set():
-                try:
-                    frames.put(item, timeout=POLL_S)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def read_frames() -> None:
-            try:
-                for stream, data in frames_iter(sock, tty=False):
-                    if not put((stream, data)):
-                        return
-            except OSError:
-                pass  # the socket was closed under us: we stopped reading
-            finally:
-                put(_EOF)
-
         def wait_exit() -> None:
             try:
                 exit_status.update(self._api.wait(container_id, timeout=None))
@@ -282,14 +240,13 @@ class Sandbox:
                 exited.set()
 
         conversation.reply = send
-        threading.Thread(target=send, args=(request,), name=f"sandbox-stdin-{req.command_id}",
-                         daemon=True).start()
-        for target in (read_frames, wait_exit):
-            threading.Thread(
-                target=target, name=f"sandbox-{target.__name__}-{req.command_id}", daemon=True
-            ).start()
+        threads = ((send, (request,)), (pump, (frames_iter(sock, tty=False), frames, stop)),
+                   (wait_exit, ()))
+        for target, args in threads:
+            threading.Thread(target=target, args=args, name=f"sandbox-{target.__name__}-{req.command_id}",
+                             daemon=True).start()
         try:
-            watch = _Watch(self, req, container_id, started, cancel)
+            watch = Watch(self._kill, self.limits.timeout_s, req, container_id, started, cancel)
             watch.collect(conversation, on_output, frames, exited)
             if "error" in exit_status:
                 exc = exit_status["error"]
@@ -300,7 +257,7 @@ class Sandbox:
             stop.set()
 
     def _result(self, req: RunRequest, container_id: str, conversation: Conversation,
-                watch: _Watch) -> RunResult:
+                watch: Watch) -> RunResult:
         reason = watch.reason
         exit_code = watch.exit_code
         if reason is None and conversation.status is not None:
@@ -425,73 +382,3 @@ def _close(raw: socket.socket) -> None:
         raw.close()
     except OSError:
         pass
-
-
-class _Watch:
-    """Reads one run's frames until the container is done, enforcing the
-    time limit (on the command) and the capture limit (on the file scan
-    after it), and the cancel flag."""
-
-    def __init__(self, sandbox: Sandbox, req: RunRequest, container_id: str, started: float,
-                 cancel: threading.Event) -> None:
-        self.sandbox = sandbox
-        self.req = req
-        self.container_id = container_id
-        self.started = started
-        self.cancel = cancel
-        self.reason: str | None = None
-        self.exit_code = -1
-        self.duration_s = 0.0
-
-    def collect(self, conversation: Conversation, on_output: OnOutput,
-                frames: queue.Queue[object], exited: threading.Event) -> None:
-        deadline = self.started + self.sandbox.limits.timeout_s
-        ended_at: float | None = None  # when the command (not the capture) ended
-        stream_done = False
-        exited_at: float | None = None
-        while not (stream_done and exited.is_set()):
-            now = time.monotonic()
-            if ended_at is None and conversation.status is not None:
-                ended_at = now
-                deadline = now + CAPTURE_TIMEOUT_S
-            if self.reason is None and self.cancel.is_set() and ended_at is None:
-                self._stop("cancelled")
-            elif self.reason is None and now >= deadline:
-                self._stop("timeout" if ended_at is None else "capture timeout")
-            if exited.is_set() and exited_at is None:
-                exited_at = now
-            if exited_at is not None and now - exited_at > STREAM_GRACE_S:
-                break  # exited, but something keeps the stream open: stop reading
-            if stream_done:
-                exited.wait(POLL_S)  # output is over; only the exit is missing
-                continue
-            try:
-                item = frames.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            if item is _EOF:
-                stream_done = True
-                continue
-            stream, data = item  # type: ignore[misc]
-            if stream != 1:
-                continue  # the supervisor writes nothing to stderr; Python's own crash would
-            try:
-                text = conversation.feed(data)
-            except ProtocolError as exc:
-                log.warning("command_id=%s: %s", self.req.command_id, exc)
-                self._stop("protocol error")
-                continue
-            if text:
-                on_output(text)
-        tail = conversation.capper.finish()
-        if tail:
-            on_output(tail)
-        self.duration_s = (ended_at or exited_at or time.monotonic()) - self.started
-        if self.reason == "capture timeout" or self.reason == "protocol error":
-            # The command itself ended: its exit status stands, its files are not saved.
-            self.reason = None
-            conversation.ended = False
-
-    def _stop(self, reason: str) -> None:
-        self.reason = reason
-        self.sandbox._kill(self.container_id)

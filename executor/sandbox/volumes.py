@@ -29,8 +29,8 @@ from pathlib import Path
 
 import docker
 import docker.errors
-import requests.exceptions
 
+from .engine import ENGINE_ERRORS
 from .errors import EngineUnavailable, InvalidSessionId, VolumeError
 
 VOLUME_PREFIX = "pg-shell-home-"
@@ -46,9 +46,6 @@ INDEX_SUFFIX = ".workspace.json"
 
 def index_path(state_dir: str | Path, session_id: str) -> Path:
     return Path(state_dir) / f"{volume_name(session_id)}{INDEX_SUFFIX}"
-# An engine that went away (its socket is missing while dockerd restarts)
-# raises requests' errors, not docker's: both mean "unreachable, retry".
-UNREACHABLE = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 
@@ -86,12 +83,13 @@ class PlainVolumes:
             self._client.volumes.get(name)
         except docker.errors.NotFound:
             try:
-                self._client.volumes.create(name, driver="local", labels={SESSION_LABEL: session_id})
+                self._client.volumes.create(name, driver="local",
+                                            labels={SESSION_LABEL: session_id})
             except docker.errors.APIError as exc:
                 raise VolumeError(f"cannot create volume {name}: {exc}") from exc
-            except UNREACHABLE as exc:
+            except ENGINE_ERRORS as exc:
                 raise EngineUnavailable(str(exc)) from exc
-        except UNREACHABLE as exc:
+        except ENGINE_ERRORS as exc:
             raise EngineUnavailable(str(exc)) from exc
         return name
 
@@ -99,7 +97,7 @@ class PlainVolumes:
         """Sessions that have a volume on this engine."""
         try:
             volumes = self._client.volumes.list(filters={"label": SESSION_LABEL})
-        except UNREACHABLE as exc:
+        except ENGINE_ERRORS as exc:
             raise EngineUnavailable(str(exc)) from exc
         names = (v.name for v in volumes)
         return [n[len(VOLUME_PREFIX):] for n in names if n.startswith(VOLUME_PREFIX)]
@@ -166,7 +164,8 @@ class LoopVolumes:
     def sessions(self) -> list[str]:
         """Sessions with an image in this executor's state directory."""
         suffix = ".ext4"
-        names = (p.name for p in self._dir.glob(f"{VOLUME_PREFIX}*{suffix}")) if self._dir.is_dir() else ()
+        names = ((p.name for p in self._dir.glob(f"{VOLUME_PREFIX}*{suffix}")) if self._dir.is_dir()
+                 else ())
         ids = (n[len(VOLUME_PREFIX):-len(suffix)] for n in names)
         return sorted(i for i in ids if SESSION_ID_RE.match(i))
 
@@ -240,7 +239,7 @@ class LoopVolumes:
             )
         except docker.errors.APIError as exc:
             raise VolumeError(f"cannot prepare volume {name} on {loop}: {exc}") from exc
-        except UNREACHABLE as exc:
+        except ENGINE_ERRORS as exc:
             raise EngineUnavailable(str(exc)) from exc
 
 
@@ -251,5 +250,5 @@ def _remove_volume(client: docker.DockerClient, name: str) -> None:
         return
     except docker.errors.APIError as exc:
         raise VolumeError(f"cannot remove volume {name}: {exc}") from exc
-    except UNREACHABLE as exc:
+    except ENGINE_ERRORS as exc:
         raise EngineUnavailable(str(exc)) from exc

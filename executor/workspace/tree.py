@@ -100,7 +100,7 @@ def build(entries: dict[str, Entry]) -> BuiltTree:
     # Deepest directories first, so every subtree's hash is known before its parent's.
     order = sorted((p for p, e in entries.items() if e.kind == "dir"), key=lambda p: -p.count("/"))
     for directory in [*order, ""]:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for path in children.get(directory, []):
             e = entries[path]
             size = sizes[path] if e.kind == "dir" else e.size

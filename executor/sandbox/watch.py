@@ -1,0 +1,119 @@
+"""Watching one run: read its frames until the container is done, while
+enforcing the time limit on the command, the capture limit on the file scan
+after it, and the cancel flag. Pure of docker: killing is the caller's."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from .model import RunRequest
+from .protocol import Conversation, ProtocolError
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.05  # how often cancel/deadline are checked while output is quiet
+STREAM_GRACE_S = 2.0  # how long to wait for the output stream after exit
+CAPTURE_TIMEOUT_S = 300.0  # for the file scan after the command (up to the disk quota)
+# (stream, bytes) pieces of the container's output; None: the stream ended.
+Frames = queue.Queue[tuple[int, bytes] | None]
+
+OnOutput = Callable[[str], None]
+
+
+def pump(stream: Iterable[tuple[int, bytes]], frames: Frames,
+         stop: threading.Event) -> None:
+    """Moves (stream, bytes) pieces into ``frames``, then EOF; gives up once
+    ``stop`` is set, so a reader nobody drains never blocks forever."""
+
+    def put(item: tuple[int, bytes] | None) -> bool:
+        while not stop.is_set():
+            try:
+                frames.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for piece in stream:
+            if not put(piece):
+                return
+    except OSError:
+        pass  # the socket was closed under us: we stopped reading
+    finally:
+        put(None)
+
+
+class Watch:
+    """Reads one run's frames until the container is done, enforcing the
+    time limit (on the command) and the capture limit (on the file scan
+    after it), and the cancel flag."""
+
+    def __init__(self, kill: Callable[[str], None], timeout_s: float, req: RunRequest,
+                 container_id: str, started: float, cancel: threading.Event) -> None:
+        self.kill = kill
+        self.timeout_s = timeout_s
+        self.req = req
+        self.container_id = container_id
+        self.started = started
+        self.cancel = cancel
+        self.reason: str | None = None
+        self.exit_code = -1
+        self.duration_s = 0.0
+
+    def collect(self, conversation: Conversation, on_output: OnOutput,
+                frames: Frames, exited: threading.Event) -> None:
+        deadline = self.started + self.timeout_s
+        ended_at: float | None = None  # when the command (not the capture) ended
+        stream_done = False
+        exited_at: float | None = None
+        while not (stream_done and exited.is_set()):
+            now = time.monotonic()
+            if ended_at is None and conversation.status is not None:
+                ended_at = now
+                deadline = now + CAPTURE_TIMEOUT_S
+            if self.reason is None and self.cancel.is_set() and ended_at is None:
+                self._stop("cancelled")
+            elif self.reason is None and now >= deadline:
+                self._stop("timeout" if ended_at is None else "capture timeout")
+            if exited.is_set() and exited_at is None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > STREAM_GRACE_S:
+                break  # exited, but something keeps the stream open: stop reading
+            if stream_done:
+                exited.wait(POLL_S)  # output is over; only the exit is missing
+                continue
+            try:
+                item = frames.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if item is None:
+                stream_done = True
+                continue
+            stream, data = item
+            if stream != 1:
+                continue  # the supervisor writes nothing to stderr; Python's own crash would
+            try:
+                text = conversation.feed(data)
+            except ProtocolError as exc:
+                log.warning("command_id=%s: %s", self.req.command_id, exc)
+                self._stop("protocol error")
+                continue
+            if text:
+                on_output(text)
+        tail = conversation.capper.finish()
+        if tail:
+            on_output(tail)
+        self.duration_s = (ended_at or exited_at or time.monotonic()) - self.started
+        if self.reason == "capture timeout" or self.reason == "protocol error":
+            # The command itself ended: its exit status stands, its files are not saved.
+            self.reason = None
+            conversation.ended = False
+
+    def _stop(self, reason: str) -> None:
+        self.reason = reason
+        self.kill(self.container_id)
