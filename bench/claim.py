@@ -45,20 +45,23 @@ def load(conn: Connection, *, history: int, sessions: int, users: int, pending_p
     t0 = time.perf_counter()
     query(conn, """
         INSERT INTO shell.users (username, password_hash, max_sessions, max_running, max_queued)
-        SELECT 'bench' || g, 'x', 100000, 100000, 10000000 FROM generate_series(1, %s) g""", (users,))
+        SELECT 'bench' || g, 'x', 100000, 100000, 10000000 FROM generate_series(1, %s) g""",
+          (users,))
     query(conn, """
         INSERT INTO shell.sessions (user_id, name)
         SELECT u.id, 'bench ' || g
         FROM generate_series(0, %s - 1) g
         JOIN (SELECT id, row_number() OVER (ORDER BY username) - 1 AS n FROM shell.users) u
           ON u.n = g %% %s""", (sessions, users))
-    query(conn, "INSERT INTO shell.lanes (session_id, user_id) SELECT id, user_id FROM shell.sessions")
+    query(conn,
+          "INSERT INTO shell.lanes (session_id, user_id) SELECT id, user_id FROM shell.sessions")
     log(f"loading {history:,} rows of finished history")
     # Finished commands, oldest first, interleaved over the sessions.
     query(conn, """
         WITH s AS (SELECT id, user_id, row_number() OVER (ORDER BY id) - 1 AS n FROM shell.sessions)
         INSERT INTO shell.commands (
-            session_id, user_id, command, status, submitted_at, claimed_at, started_at, completed_at,
+            session_id, user_id, command, status,
+            submitted_at, claimed_at, started_at, completed_at,
             worker_id, attempts, exit_code, duration_ms, reason, output, output_bytes,
             cwd_before, env_before, cwd_after, env_after, image_digest, container_id, change_seq)
         SELECT s.id, s.user_id, 'echo history ' || g,
@@ -66,7 +69,8 @@ def load(conn: Connection, *, history: int, sessions: int, users: int, pending_p
                t, t + interval '1 ms', t + interval '2 ms', t + interval '40 ms',
                'history-worker', 1, CASE WHEN g %% 50 = 0 THEN 1 ELSE 0 END, 38, NULL,
                'history ' || g || E'\n', 9 + length(g::text),
-               '/home/sandbox', '{}'::jsonb, '/home/sandbox', '{}'::jsonb, 'sha256:bench', 'c' || g, g
+               '/home/sandbox', '{}'::jsonb, '/home/sandbox', '{}'::jsonb,
+               'sha256:bench', 'c' || g, g
         FROM generate_series(1, %s) g
         JOIN s ON s.n = g %% %s
         CROSS JOIN LATERAL (SELECT now() - interval '1 year' + g * interval '10 ms' AS t) ts""",
@@ -108,7 +112,8 @@ def run_claims(conn: Connection, *, commands: int, batch: int, warmup: int) -> l
         claimed = query(conn, "SELECT command_id, attempt FROM shell.claim_commands(%s, %s, 30)",
                         (worker, batch))
         if not claimed:
-            raise SystemExit("bench.claim: nothing left to claim (too little pending work was loaded)")
+            raise SystemExit("bench.claim: nothing left to claim (too little pending work was "
+                             "loaded)")
         for c in claimed:
             query(conn, "SELECT shell.mark_started(%s, %s, %s, %s, %s)",
                   (c["command_id"], worker, c["attempt"], f"ctr-{c['command_id']}", "sha256:bench"))
@@ -177,9 +182,12 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=10, help="tenants owning the sessions")
     parser.add_argument("--commands", type=int, default=3000, help="commands measured per size")
     parser.add_argument("--batch", type=int, default=10, help="claim batch size")
-    parser.add_argument("--warmup", type=int, default=10, help="batches run before measuring, per round")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved measuring rounds per size")
-    parser.add_argument("--chunks", action="store_true", help="also load one output chunk per history row")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="batches run before measuring, per round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved measuring rounds per size")
+    parser.add_argument("--chunks", action="store_true",
+                        help="also load one output chunk per history row")
     parser.add_argument("--explain", action="store_true", help="print the claim's plans on stderr")
     args = parser.parse_args()
     admin_dsn = require_dsn(parser, args)

@@ -45,11 +45,13 @@ class Report:
         self.bench = bench
 
     def log(self, message: str) -> None:
-        print(f"[bench/{self.bench} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+        print(f"[bench/{self.bench} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr,
+              flush=True)
 
     def figure(self, metric: str, value: float, unit: str, **extra: object) -> dict[str, Any]:
         """One figure, its value rounded to 4 places."""
-        return {"bench": self.bench, "metric": metric, "value": round(value, 4), "unit": unit, **extra}
+        return {"bench": self.bench, "metric": metric, "value": round(value, 4), "unit": unit,
+                **extra}
 
     def emit(self, record: Mapping[str, Any]) -> None:
         print(json.dumps({"bench": self.bench, **record}), flush=True)
@@ -77,7 +79,8 @@ def percentile_interpolated(values: list[float], p: float) -> float:
 
 def add_dsn_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"),
-                        help="a superuser DSN (default: $DATABASE_URL); databases are created and dropped")
+                        help="a superuser DSN (default: $DATABASE_URL); databases are created and "
+                             "dropped")
 
 
 def add_image_option(parser: argparse.ArgumentParser) -> None:
@@ -258,7 +261,8 @@ def remove_quota_volumes(volumes_dir: str) -> None:
     """The disk-quota volumes an executor made under ``volumes_dir`` (an ext4
     image per volume, attached to a loop device), then the directory."""
     for image in Path(volumes_dir).glob("*.ext4"):
-        subprocess.run(["docker", "volume", "rm", "-f", image.stem], capture_output=True, check=False)
+        subprocess.run(["docker", "volume", "rm", "-f", image.stem], capture_output=True,
+                       check=False)
         loops = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
                                capture_output=True, text=True, check=False).stdout.split()
         for loop in loops:

@@ -76,10 +76,12 @@ def reference_argv(image: str, command: str) -> list[str]:
 
 def reference_run(image: str, command: str = "echo hi") -> float:
     t0 = time.perf_counter()
-    done = subprocess.run(reference_argv(image, command), capture_output=True, text=True, check=False)
+    done = subprocess.run(reference_argv(image, command), capture_output=True, text=True,
+                          check=False)
     elapsed = time.perf_counter() - t0
     if done.returncode != 0 or done.stdout != "hi\n":
-        raise RuntimeError(f"reference docker run failed ({done.returncode}): {done.stderr.strip()}")
+        raise RuntimeError(
+            f"reference docker run failed ({done.returncode}): {done.stderr.strip()}")
     return elapsed
 
 
@@ -116,7 +118,8 @@ class Tenant:
             raise RuntimeError(f"command {command_id} ended {status}")
 
     def unfinished(self, ids: list[int]) -> int:
-        return int(self.one("SELECT count(*) FROM shell.commands WHERE id = ANY(%s) AND status <> ALL(%s)",
+        return int(self.one("SELECT count(*) FROM shell.commands WHERE id = ANY(%s) "
+                            "AND status <> ALL(%s)",
                             (ids, list(TERMINAL))))
 
     def rows(self, ids: list[int]) -> list[dict[str, Any]]:
@@ -162,19 +165,24 @@ def latency(tenant: Tenant, image: str, runs: int) -> None:
     if bad:
         raise RuntimeError(f"unexpected output: {bad[:2]}")
     to_ms = 1000
-    o50, o90, r50, r90 = (pct(ours, 50) * to_ms, pct(ours, 90) * to_ms, pct(ref, 50) * to_ms, pct(ref, 90) * to_ms)
+    o50, o90, r50, r90 = (pct(ours, 50) * to_ms, pct(ours, 90) * to_ms, pct(ref, 50) * to_ms,
+                          pct(ref, 90) * to_ms)
     emit("end_to_end_p50", o50, "ms", side="ours", runs=runs, command="echo hi")
     emit("end_to_end_p90", o90, "ms", side="ours", runs=runs, command="echo hi")
-    emit("end_to_end_p50", r50, "ms", side="reference", runs=runs, command="docker run --rm ... bash -c 'echo hi'")
-    emit("end_to_end_p90", r90, "ms", side="reference", runs=runs, command="docker run --rm ... bash -c 'echo hi'")
+    emit("end_to_end_p50", r50, "ms", side="reference", runs=runs,
+         command="docker run --rm ... bash -c 'echo hi'")
+    emit("end_to_end_p90", r90, "ms", side="reference", runs=runs,
+         command="docker run --rm ... bash -c 'echo hi'")
     emit("end_to_end_p50_ratio", o50 / r50, "ratio", ours_over="reference", target="<= 1.0")
     emit("end_to_end_p90_ratio", o90 / r90, "ratio", ours_over="reference", target="<= 1.0")
     dispatch = [float(r["dispatch_ms"]) for r in rows]
     emit("dispatch_p50", statistics.median(dispatch), "ms", side="ours", runs=runs,
          note="submitted_at -> claimed_at, idle executor", target="<= 5")
     # Where the rest goes (informational).
-    emit("claim_to_started_p50", statistics.median(float(r["start_ms"]) for r in rows), "ms", side="ours")
-    emit("started_to_completed_p50", statistics.median(float(r["run_ms"]) for r in rows), "ms", side="ours")
+    emit("claim_to_started_p50", statistics.median(float(r["start_ms"]) for r in rows), "ms",
+         side="ours")
+    emit("started_to_completed_p50", statistics.median(float(r["run_ms"]) for r in rows), "ms",
+         side="ours")
 
 
 def throughput(daemon: ExecutorProcess, tenant: Tenant, image: str, sessions: int, per_session: int,
@@ -202,7 +210,8 @@ def throughput(daemon: ExecutorProcess, tenant: Tenant, image: str, sessions: in
 
     log(f"throughput: {concurrency} parallel docker run loops, {total} runs")
     t0 = time.perf_counter()
-    per_loop = [total // concurrency + (1 if i < total % concurrency else 0) for i in range(concurrency)]
+    per_loop = [total // concurrency + (1 if i < total % concurrency else 0)
+                for i in range(concurrency)]
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(lambda n: [reference_run(image) for _ in range(n)], per_loop))
     ref_s = time.perf_counter() - t0
@@ -210,9 +219,11 @@ def throughput(daemon: ExecutorProcess, tenant: Tenant, image: str, sessions: in
     ours_rate, ref_rate = total / ours_s, total / ref_s
     emit("throughput", ours_rate, "commands/s", side="ours", commands=total, sessions=sessions,
          concurrency=concurrency)
-    emit("throughput", ref_rate, "commands/s", side="reference", commands=total, concurrency=concurrency)
+    emit("throughput", ref_rate, "commands/s", side="reference", commands=total,
+         concurrency=concurrency)
     emit("throughput_ratio", ours_rate / ref_rate, "ratio", ours_over="reference", target=">= 0.9")
-    emit("executor_cpu_per_command", cpu_ms, "ms", side="ours", note="executor process + its reaped children")
+    emit("executor_cpu_per_command", cpu_ms, "ms", side="ours",
+         note="executor process + its reaped children")
     return ids
 
 
@@ -222,17 +233,20 @@ def memory(daemon: ExecutorProcess, tenant: Tenant, concurrency: int) -> None:
     for cid in [tenant.submit(s, "true") for s in sessions]:
         tenant.wait(cid, timeout=300)
     idle_kib = daemon.rss_kib()
-    submitted = [tenant.submit(s, "echo hi; seq 1 2000; sleep 0.5") for _ in range(4) for s in sessions]
+    submitted = [tenant.submit(s, "echo hi; seq 1 2000; sleep 0.5") for _ in range(4)
+                 for s in sessions]
     samples: list[int] = []
     busy: list[int] = []
     while tenant.unfinished(submitted):
         samples.append(daemon.rss_kib())
-        busy.append(int(tenant.one("SELECT count(*) FROM shell.commands WHERE status IN ('claimed', 'running') "
-                                   "AND id = ANY(%s)", (submitted,))))
+        busy.append(int(tenant.one("SELECT count(*) FROM shell.commands WHERE status IN "
+                                   "('claimed', 'running') AND id = ANY(%s)", (submitted,))))
         time.sleep(0.1)
     emit("executor_rss_max", max(samples) / 1024, "MB", side="ours", concurrency=concurrency,
-         max_running_seen=max(busy), samples=len(samples), target="<= 80", includes="executor + children")
-    emit("executor_rss_median", statistics.median(samples) / 1024, "MB", side="ours", concurrency=concurrency)
+         max_running_seen=max(busy), samples=len(samples), target="<= 80",
+         includes="executor + children")
+    emit("executor_rss_median", statistics.median(samples) / 1024, "MB", side="ours",
+         concurrency=concurrency)
     emit("executor_rss_idle", idle_kib / 1024, "MB", side="ours", concurrency=concurrency)
 
 

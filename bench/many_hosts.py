@@ -66,8 +66,8 @@ class LoadResult:
         total = len(self.rows)
         latency = [r["latency_ms"] for r in self.rows]
         run = [r["run_ms"] for r in self.rows if r["run_ms"] is not None]
-        common = {"executors": self.executors, "sessions": self.sessions, "per_session": self.per_session,
-                  **extra}
+        common = {"executors": self.executors, "sessions": self.sessions,
+                  "per_session": self.per_session, **extra}
         return [
             figure("throughput", total / self.elapsed_s, "commands/s", commands=total, **common),
             figure("submit_to_done_p50", pct(latency, 50), "ms", **common),
@@ -79,16 +79,17 @@ class LoadResult:
         ]
 
 
-def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session: int, concurrency: int,
-             work_dir: Path, scope: str, timeout_s: float = 3600, extra_env: dict[str, str] | None = None
-             ) -> LoadResult:
+def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session: int,
+             concurrency: int, work_dir: Path, scope: str, timeout_s: float = 3600,
+             extra_env: dict[str, str] | None = None) -> LoadResult:
     """Runs the load on the migrated database ``dsn`` (a superuser DSN) with
     ``executors`` executor processes; cleans up its containers and volumes."""
     total = sessions * per_session
     user_id = create_user(dsn, f"load-{secrets.token_hex(3)}", "load-test-password",
                           sessions=sessions, running=executors * concurrency, queued=total)
     tenant = tenant_connection(dsn, user_id)
-    session_ids = [str(call(tenant, "SELECT shell_api.create_session(%s) AS id", (f"load-{i}",))[0]["id"])
+    session_ids = [str(call(tenant, "SELECT shell_api.create_session(%s) AS id",
+                            (f"load-{i}",))[0]["id"])
                    for i in range(sessions)]
 
     base_env = executor_env(dsn, image, {
@@ -133,8 +134,8 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
         for proc in procs:
             proc.stop()
     rows = call(tenant, """
-        SELECT id, session_id::text, status, exit_code, reason, shell.output_of(c) AS output, attempts, worker_id,
-               submitted_at, started_at, completed_at,
+        SELECT id, session_id::text, status, exit_code, reason, shell.output_of(c) AS output,
+               attempts, worker_id, submitted_at, started_at, completed_at,
                extract(epoch FROM completed_at - submitted_at) * 1000 AS latency_ms,
                extract(epoch FROM completed_at - started_at) * 1000 AS run_ms
         FROM shell.commands c WHERE id = ANY(%s) ORDER BY session_id, id""", (submitted,))
@@ -160,8 +161,8 @@ def read_and_remove_volumes(session_ids: list[str], scope: str) -> dict[str, lis
     names = [f"pg-shell-home-{sid}" for sid in session_ids]
     for chunk in range(0, len(names), 100):
         batch = names[chunk:chunk + 100]
-        inspected = subprocess.run(["docker", "volume", "inspect", *batch], capture_output=True, text=True,
-                                   check=False)
+        inspected = subprocess.run(["docker", "volume", "inspect", *batch], capture_output=True,
+                                   text=True, check=False)
         for volume in json.loads(inspected.stdout or "[]"):
             path = Path(volume["Mountpoint"]) / "order.log"
             sid = volume["Name"].removeprefix("pg-shell-home-")
@@ -178,7 +179,8 @@ def problems(result: LoadResult) -> list[str]:
     for row in result.rows:
         by_session.setdefault(row["session_id"], []).append(row)
     if len(result.rows) != result.sessions * result.per_session:
-        found.append(f"{len(result.rows)} commands, expected {result.sessions * result.per_session}")
+        expected_rows = result.sessions * result.per_session
+        found.append(f"{len(result.rows)} commands, expected {expected_rows}")
     not_done = [r["id"] for r in result.rows if (r["status"], r["exit_code"]) != ("done", 0)]
     if not_done:
         found.append(f"{len(not_done)} commands not done with exit 0, e.g. {not_done[:5]}")
@@ -193,7 +195,8 @@ def problems(result: LoadResult) -> list[str]:
             found.append(f"session {sid}: order.log is {result.files.get(sid)}")
         for before, after in zip(rows, rows[1:]):
             if not (before["completed_at"] <= after["started_at"] < after["completed_at"]):
-                found.append(f"session {sid}: command {after['id']} started before {before['id']} completed")
+                found.append(f"session {sid}: command {after['id']} started before "
+                             f"{before['id']} completed")
     idle = [w for w, n in result.per_worker.items() if n == 0]
     if idle:
         found.append(f"executors that did nothing: {idle}")

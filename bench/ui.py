@@ -103,7 +103,8 @@ def measure(term: Terminal, conn: Connection, runs: int, warmup: int) -> list[di
         term.page.evaluate(ARM, ["hi\n"])
         term.input.fill(COMMAND)
         term.input.press("Enter")
-        term.page.wait_for_function("() => window.__bench.output !== null && window.__bench.done !== null",
+        term.page.wait_for_function("() => window.__bench.output !== null && "
+                                    "window.__bench.done !== null",
                                     timeout=60_000)
         seen = term.page.evaluate("() => window.__bench")
         row = query(conn, """
@@ -121,11 +122,12 @@ def measure(term: Terminal, conn: Connection, runs: int, warmup: int) -> list[di
 
 def report(samples: list[dict[str, float]], runs: int) -> None:
     common: dict[str, Any] = {"runs": runs, "command": COMMAND}
-    for key, metric in (("output_ms", "enter_to_output_visible"), ("done_ms", "enter_to_done_visible"),
-                        ("e2e_ms", "executor_end_to_end")):
+    for key, metric in (("output_ms", "enter_to_output_visible"),
+                        ("done_ms", "enter_to_done_visible"), ("e2e_ms", "executor_end_to_end")):
         values = [s[key] for s in samples]
         for q, name in ((0.5, "p50"), (0.9, "p90")):
-            emit({"metric": f"{metric}_{name}", "value": round(quantile(values, q), 1), "unit": "ms", **common})
+            emit({"metric": f"{metric}_{name}", "value": round(quantile(values, q), 1),
+                  "unit": "ms", **common})
     for key, metric in (("output_ms", "ui_output_overhead"), ("done_ms", "ui_done_overhead")):
         diffs = [s[key] - s["e2e_ms"] for s in samples]
         for q, name in ((0.5, "p50"), (0.9, "p90")):
@@ -136,7 +138,8 @@ def report(samples: list[dict[str, float]], runs: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ui", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.ui",
+                                     description=(__doc__ or "").split("\n\n")[0])
     add_dsn_option(parser)
     add_image_option(parser)
     parser.add_argument("--runs", type=int, default=20)

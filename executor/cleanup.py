@@ -89,7 +89,8 @@ class Cleanup:
             for session_id in page:
                 removed_here = 0
                 while True:
-                    gone = retention.remove_batch(conn, session_id, before, batch, self._sign_checkpoint)
+                    gone = retention.remove_batch(conn, session_id, before, batch,
+                                                  self._sign_checkpoint)
                     removed_here += gone
                     if gone < batch:
                         break
@@ -105,8 +106,8 @@ class Cleanup:
         volumes = self._sandbox.volumes
         now = _now()
         known = [sid for sid in volumes.sessions() if _is_uuid(sid)]
-        stale = retention.idle_sessions(
-            conn, known, now - datetime.timedelta(days=self.settings.volume_idle_days)) if known else set()
+        volume_cutoff = now - datetime.timedelta(days=self.settings.volume_idle_days)
+        stale = retention.idle_sessions(conn, known, volume_cutoff) if known else set()
         for session_id in sorted(stale):
             if self._try(volumes.remove, session_id, "remove volume"):
                 result.volumes_removed += 1
@@ -133,7 +134,8 @@ class Cleanup:
 
     def run_once(self, attempts: int = 3) -> RoundResult:
         """One round, retried a few times over an outage; raises if it cannot finish."""
-        return self._retrying(tenacity.stop_after_attempt(attempts), threading.Event())(self.run_round)
+        retrying = self._retrying(tenacity.stop_after_attempt(attempts), threading.Event())
+        return retrying(self.run_round)
 
     def run_forever(self, stop: threading.Event) -> None:
         """Rounds every PG_SHELL_CLEANUP_INTERVAL_S until ``stop``; outages are
@@ -149,7 +151,8 @@ class Cleanup:
             stop.wait(self.settings.cleanup_interval_s)
 
     @staticmethod
-    def _retrying(stop_condition: tenacity.stop.stop_base, stop: threading.Event) -> tenacity.Retrying:
+    def _retrying(stop_condition: tenacity.stop.stop_base,
+                  stop: threading.Event) -> tenacity.Retrying:
         def sleep(seconds: float) -> None:
             stop.wait(seconds)  # a stop request ends the wait early
 

@@ -73,7 +73,8 @@ def command_started(seconds_since_claim: float) -> None:
     CLAIM_TO_START.observe(max(0.0, seconds_since_claim))
 
 
-def command_completed(user_id: str, status: str, reason: str | None, duration_ms: int | None) -> None:
+def command_completed(user_id: str, status: str, reason: str | None,
+                      duration_ms: int | None) -> None:
     COMMANDS_COMPLETED.labels(status, reason_label(reason)).inc()
     TENANT_COMMANDS.labels(str(user_id)).inc()
     if duration_ms is not None:

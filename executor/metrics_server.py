@@ -24,7 +24,8 @@ def serve_executor_metrics(settings: Settings, stop: threading.Event) -> bool:
         log.info("metrics are off (PG_SHELL_METRICS_PORT=0)")
         return False
     try:
-        start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=metrics.EXECUTOR)
+        start_http_server(settings.metrics_port, addr=settings.metrics_host,
+                          registry=metrics.EXECUTOR)
     except OSError as exc:
         log.error("metrics not served: cannot listen on %s:%s: %s (set PG_SHELL_METRICS_PORT)",
                   settings.metrics_host, settings.metrics_port, exc)

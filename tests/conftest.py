@@ -98,7 +98,8 @@ def sandbox_image(docker_client) -> str:
         import subprocess
         from pathlib import Path
 
-        built = subprocess.run([str(Path(__file__).resolve().parents[1] / "ops" / "build-sandbox-image")],
+        build = Path(__file__).resolve().parents[1] / "ops" / "build-sandbox-image"
+        built = subprocess.run([str(build)],
                                capture_output=True, text=True, timeout=1200)
         assert built.returncode == 0, built.stderr[-4000:]
         ref = built.stdout.strip().splitlines()[-1]

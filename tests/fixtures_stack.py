@@ -48,7 +48,8 @@ class Daemon:
         while text not in self.log():
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"executor exited {self.proc.returncode}:\n{self.log()[-4000:]}")
+                raise AssertionError(f"executor exited {self.proc.returncode}:\n"
+                                     f"{self.log()[-4000:]}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"executor never logged {text!r}:\n{self.log()[-4000:]}")
             time.sleep(0.05)
@@ -95,7 +96,8 @@ def executor_env(db: str, sandbox_image: str, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def make_daemon(executor_env: dict[str, str], tmp_path: Path, docker_client: Any) -> Iterator[Callable[..., Daemon]]:
+def make_daemon(executor_env: dict[str, str], tmp_path: Path,
+                docker_client: Any) -> Iterator[Callable[..., Daemon]]:
     daemons: list[Daemon] = []
 
     def make(**overrides: str) -> Daemon:
@@ -166,7 +168,8 @@ class Gateway:
 
     def start(self, timeout: float = 60) -> Gateway:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
-        env.update({"DATABASE_URL": self.dsn, "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(self.dsn)})
+        env.update({"DATABASE_URL": self.dsn,
+                    "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(self.dsn)})
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "executor.cli.main", "serve", "--port", str(self.port)],
@@ -181,7 +184,8 @@ class Gateway:
             except OSError:
                 pass
             if self.proc.poll() is not None:
-                raise AssertionError(f"gateway exited {self.proc.returncode}:\n{self.log()[-4000:]}")
+                raise AssertionError(
+                    f"gateway exited {self.proc.returncode}:\n{self.log()[-4000:]}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"gateway never answered on {self.url}:\n{self.log()[-4000:]}")
             time.sleep(0.05)

@@ -12,7 +12,8 @@ import psycopg2
 import psycopg2.extras
 
 
-def connect_as(dsn: str, role: str, claims: dict[str, Any] | None = None) -> psycopg2.extensions.connection:
+def connect_as(dsn: str, role: str,
+               claims: dict[str, Any] | None = None) -> psycopg2.extensions.connection:
     """An autocommit connection acting as ``role`` with these JWT claims."""
     conn = psycopg2.connect(dsn)
     conn.autocommit = True
@@ -39,7 +40,8 @@ def create_user(dsn: str, username: str, password: str = "correct horse") -> str
         conn.close()
 
 
-def call(conn: psycopg2.extensions.connection, sql: str, params: Any = None) -> list[dict[str, Any]]:
+def call(conn: psycopg2.extensions.connection, sql: str,
+         params: Any = None) -> list[dict[str, Any]]:
     with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
         cur.execute(sql, params)
         return [dict(r) for r in cur.fetchall()] if cur.description else []

@@ -17,7 +17,8 @@ from executor.db.connection import connect
 
 def register(commands: Commands) -> None:
     db = commands.add_parser("db", help="the database schema (over DATABASE_URL)",
-                             description="Manage the pg_shell schema in the database DATABASE_URL names.")
+                             description="Manage the pg_shell schema in the database DATABASE_URL "
+                                         "names.")
     db_commands = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     migrate = db_commands.add_parser(
         "migrate", help="apply pending migrations",
@@ -68,7 +69,8 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     done = migrations.migrate(conn, to=args.to, progress=lambda m: print(m, file=sys.stderr))
     for notice in conn.notices:
         print(f"warning: {notice.strip()}", file=sys.stderr)
-    print(f"applied {len(done)}: {', '.join(done)}" if done else "nothing to apply: the schema is up to date")
+    print(f"applied {len(done)}: {', '.join(done)}" if done
+          else "nothing to apply: the schema is up to date")
     return 0
 
 
@@ -92,8 +94,10 @@ def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = getpass.getpass(f"password for {args.username}: ")
-    user_id = db_admin.create_user(connect(settings.require_database_url()), args.username, password)
-    print(f"created {args.username} ({user_id})" + (f" with password {password}" if args.generate else ""))
+    user_id = db_admin.create_user(connect(settings.require_database_url()), args.username,
+                                   password)
+    shown = f" with password {password}" if args.generate else ""
+    print(f"created {args.username} ({user_id}){shown}")
     return 0
 
 

@@ -24,15 +24,15 @@ def register(commands: Commands) -> None:
     verify = actions.add_parser(
         "verify", help="check every chain and signature (over DATABASE_URL)",
         description="Recompute each session's chain and check each signature with the public keys "
-                    "registered in the database (or only the --trust keys). Reports the first broken "
-                    "link of each session and its cause. Exit 0 when intact, 1 otherwise.")
+                    "registered in the database (or only the --trust keys). Reports the first "
+                    "broken link of each session and its cause. Exit 0 when intact, 1 otherwise.")
     _common(verify)
     verify.set_defaults(handler=cmd_verify)
     export = actions.add_parser(
         "export", help="write the history as JSON lines that verify without the database",
         description="One line per public key, per session (chain head, checkpoint) and per ended "
-                    "command (record, signature, chain fields, the row fields and output the record "
-                    "is checked against).")
+                    "command (record, signature, chain fields, the row fields and output the "
+                    "record is checked against).")
     export.add_argument("--session", metavar="S", help="only this session")
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     export.set_defaults(handler=cmd_export)

@@ -22,7 +22,8 @@ def register(commands: Commands) -> None:
                     "loop devices idle past PG_SHELL_LOOP_IDLE_MINUTES. Runs a round every "
                     "PG_SHELL_CLEANUP_INTERVAL_S on the host of the Docker engine, waiting out "
                     "outages; --once runs one round and exits non-zero if it failed.")
-    parser.add_argument("--once", action="store_true", help="one round, then exit (cron, systemd timers)")
+    parser.add_argument("--once", action="store_true",
+                        help="one round, then exit (cron, systemd timers)")
     parser.add_argument("--no-volumes", action="store_true",
                         help="retention only (a host without the Docker engine)")
     parser.set_defaults(handler=cmd_cleanup)

@@ -97,14 +97,15 @@ def add_command(commands: Commands, name: str, summary: str, description: str,
 
 def _session_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-s", "--session", metavar="SESSION",
-                        help="session id (default: PG_SHELL_SESSION, else your most recently active session)")
+                        help="session id (default: PG_SHELL_SESSION, else your most "
+                             "recently active session)")
 
 
 def register(commands: Commands) -> None:
     login = add_command(commands, "login", "log in and save the token",
                         "Log in to the pg_shell API at PG_SHELL_URL and save the token in "
-                        "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The password "
-                        "is read from stdin when it is not a terminal, else prompted for.",
+                        "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The "
+                        "password is read from stdin when it is not a terminal, else prompted for.",
                         "  pg-shell login alice\n"
                         "  echo \"$PASSWORD\" | pg-shell login alice\n"
                         "  export PG_SHELL_TOKEN=$(pg-shell login alice --print-token)")
@@ -121,26 +122,29 @@ def register(commands: Commands) -> None:
     sessions.set_defaults(handler=cmd_sessions)
 
     new = add_command(commands, "new", "create a session and print its id",
-                      "Create a session (its own home directory, cwd and environment) and print its id.",
+                      "Create a session (its own home directory, cwd and environment) and print "
+                      "its id.",
                       "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)")
     new.add_argument("name", nargs="?", metavar="NAME", help="a name to recognise it by")
     new.set_defaults(handler=cmd_new)
 
     run = add_command(commands, "run", "run a command and stream its output",
                       "Run COMMAND in a session and print its output as it arrives; exit with the "
-                      "command's exit code. A command that fails (timeout, out of memory) or is cancelled "
-                      "exits non-zero with the reason on stderr. Ctrl-C cancels the command (exit 130). "
-                      "The words of COMMAND are joined by spaces and run by a shell in the sandbox, so "
-                      "quote what your local shell would expand.",
+                      "command's exit code. A command that fails (timeout, out of memory) or is "
+                      "cancelled exits non-zero with the reason on stderr. Ctrl-C cancels the "
+                      "command (exit 130). The words of COMMAND are joined by spaces and run by a "
+                      "shell in the sandbox, so quote what your local shell would expand.",
                       "  pg-shell run ls -la\n  pg-shell run 'cd src && make 2>&1 | tail'\n"
                       "  pg-shell run --session 3f2c… 'echo $HOME'")
     _session_option(run)
-    run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...", help="the command line")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...",
+                     help="the command line")
     run.set_defaults(handler=cmd_run)
 
     tail = add_command(commands, "tail", "show the last commands; -f follows new ones",
-                       "Show the last commands of a session with their output; with -f, keep following: "
-                       "new commands and their output appear as they run (Ctrl-C to stop).",
+                       "Show the last commands of a session with their output; with "
+                       "-f, keep following: new commands and their output appear as "
+                       "they run (Ctrl-C to stop).",
                        "  pg-shell tail\n  pg-shell tail -f -n 3")
     _session_option(tail)
     tail.add_argument("-n", "--lines", type=int, default=10, metavar="N",
@@ -149,44 +153,50 @@ def register(commands: Commands) -> None:
     tail.set_defaults(handler=cmd_tail)
 
     cancel = add_command(commands, "cancel", "cancel a command",
-                         "Cancel a command: a queued one is dropped, a running one is killed. Exits 1 "
-                         "if it had already ended.",
+                         "Cancel a command: a queued one is dropped, a running one is killed. "
+                         "Exits 1 if it had already ended.",
                          "  pg-shell cancel 42")
     cancel.add_argument("command_id", type=int, metavar="COMMAND_ID", help="the command's id")
     cancel.set_defaults(handler=cmd_cancel)
 
     fork = add_command(commands, "fork", "start a new session from after a command",
-                       "Create a session whose cwd and environment are those right after COMMAND_ID "
-                       "ran; print its id.",
+                       "Create a session whose cwd and environment are those right after "
+                       "COMMAND_ID ran; print its id.",
                        "  pg-shell fork 42\n  export PG_SHELL_SESSION=$(pg-shell fork 42)")
-    fork.add_argument("command_id", type=int, metavar="COMMAND_ID", help="a command that has finished")
+    fork.add_argument("command_id", type=int, metavar="COMMAND_ID",
+                      help="a command that has finished")
     fork.set_defaults(handler=cmd_fork)
 
     replay = add_command(commands, "replay", "re-run a session's commands from one on and compare",
-                         "Queue SESSION's commands from START_ID on again, in order, in a new session "
-                         "that starts from the state START_ID started from (the replay run). Progress "
-                         "(N/M commands done) goes to stderr; at the end a table compares each command's "
-                         "exit code and output with the original's (same/different, with a short diff). "
-                         "Exits 0 when every command matched, 1 otherwise. --no-wait only prints the run "
-                         "id (the new session's id: follow it with `pg-shell tail -f --session ID`).",
+                         "Queue SESSION's commands from START_ID on again, in order, in a new "
+                         "session that starts from the state START_ID started from (the replay "
+                         "run). Progress (N/M commands done) goes to stderr; at the end a table "
+                         "compares each command's exit code and output with the original's "
+                         "(same/different, with a short diff). Exits 0 when every command matched, "
+                         "1 otherwise. --no-wait only prints the run id (the new session's id: "
+                         "follow it with `pg-shell tail -f --session ID`).",
                          "  pg-shell replay 3f2c… 40\n"
-                         "  pg-shell replay --json 3f2c… 40 | jq '.commands[] | select(.same | not)'\n"
+                         "  pg-shell replay --json 3f2c… 40 | jq '.commands[] | "
+                         "select(.same | not)'\n"
                          "  pg-shell replay --no-wait 3f2c… 40")
     replay.add_argument("session_id", metavar="SESSION", help="the session to replay")
-    replay.add_argument("start_id", type=int, metavar="START_ID", help="the first command to replay")
+    replay.add_argument("start_id", type=int, metavar="START_ID",
+                        help="the first command to replay")
     replay.add_argument("--json", action="store_true", help="print the comparison as JSON")
     replay.add_argument("--no-wait", action="store_true",
                         help="print the replay run id and exit, without waiting or comparing")
     replay.set_defaults(handler=cmd_replay)
 
     history = add_command(commands, "history", "list a session's commands",
-                          "List the last commands of a session, oldest first: id, status, exit code, "
-                          "when, command. --json adds the output.",
-                          "  pg-shell history\n  pg-shell history --limit 100 --json | jq '.[] | .exit_code'")
+                          "List the last commands of a session, oldest first: id, status, exit "
+                          "code, when, command. --json adds the output.",
+                          "  pg-shell history\n"
+                          "  pg-shell history --limit 100 --json | jq '.[] | .exit_code'")
     _session_option(history)
     history.add_argument("--limit", type=int, default=20, metavar="N",
                          help="how many of the last commands (1-1000, default 20)")
-    history.add_argument("--json", action="store_true", help="print JSON (with each command's output)")
+    history.add_argument("--json", action="store_true",
+                         help="print JSON (with each command's output)")
     history.set_defaults(handler=cmd_history)
 
 
@@ -217,7 +227,8 @@ def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     if not rows:
         print("no sessions: create one with `pg-shell new [NAME]`", file=sys.stderr)
     for row in rows:
-        print(f"{row['id']}  {_when(row['last_active_at'])}  {row['cwd']:<20} {row['name'] or ''}".rstrip())
+        when = _when(row["last_active_at"])
+        print(f"{row['id']}  {when}  {row['cwd']:<20} {row['name'] or ''}".rstrip())
     return 0
 
 

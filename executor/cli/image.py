@@ -20,8 +20,8 @@ from executor.errors import PgShellError
 def register(commands: Commands) -> None:
     image = commands.add_parser(
         "image", help="roll out sandbox images (over DATABASE_URL and the Docker engine)",
-        description="Promote a new sandbox image, list images and what ran on them, prune old ones. "
-                    "Running executors start new commands on the promoted image within one "
+        description="Promote a new sandbox image, list images and what ran on them, prune old "
+                    "ones. Running executors start new commands on the promoted image within one "
                     "maintenance round (PG_SHELL_HEARTBEAT_INTERVAL_S); running commands finish on "
                     "the image they started on.")
     actions = image.add_subparsers(dest="image_command", metavar="ACTION", required=True)
@@ -43,9 +43,9 @@ def register(commands: Commands) -> None:
         "prune", help="remove images no retained command may be replayed on",
         description="Remove the repository's images on this engine that no retained command ran on "
                     "(a replay runs on its original's image while it exists) and that are not "
-                    "current (nor PG_SHELL_IMAGE). --force removes used ones too, never the current "
-                    "one. Only tags in the repository are removed; an image also tagged elsewhere, "
-                    "or used by a container, stays.")
+                    "current (nor PG_SHELL_IMAGE). --force removes used ones too, never the "
+                    "current one. Only tags in the repository are removed; an image also tagged "
+                    "elsewhere, or used by a container, stays.")
     prune.add_argument("--repository", help="as for list")
     prune.add_argument("--force", action="store_true", help="also remove images commands ran on")
     prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
@@ -86,7 +86,8 @@ def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
     try:
         found = engine.resolve(args.image)
     except ImageNotFound as exc:
-        raise PgShellError(f"{exc}: not promoted (build or load it on every executor's engine first)") from exc
+        raise PgShellError(f"{exc}: not promoted (build or load it on every executor's engine "
+                           "first)") from exc
     row = db_images.promote(connect(settings.require_database_url()), found.digest)
     previous = row["previous"]
     print(f"promoted {found.digest}" + (f" ({', '.join(found.tags)})" if found.tags else "")
@@ -184,4 +185,6 @@ def _iso(seconds: int) -> str:
 
 
 def _text(value: Any) -> str | None:
-    return value.isoformat() if isinstance(value, datetime) else (str(value) if value is not None else None)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value) if value is not None else None

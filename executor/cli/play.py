@@ -15,10 +15,11 @@ from executor.errors import PgShellError
 
 def register(commands: Commands) -> None:
     play = add_command(commands, "play", "play a command's output back with its original timing",
-                       "Print COMMAND_ID's output chunk by chunk, waiting between chunks as long as "
-                       "they were apart when the command ran (divided by --speed; --speed 0 prints "
-                       "everything at once).",
-                       "  pg-shell play 42\n  pg-shell play 42 --speed 4\n  pg-shell play 42 --speed 0")
+                       "Print COMMAND_ID's output chunk by chunk, waiting between chunks as long "
+                       "as they were apart when the command ran (divided by --speed; --speed 0 "
+                       "prints everything at once).",
+                       "  pg-shell play 42\n  pg-shell play 42 --speed 4\n"
+                       "  pg-shell play 42 --speed 0")
     play.add_argument("command_id", type=int, metavar="COMMAND_ID", help="the command's id")
     play.add_argument("--speed", type=float, default=1.0, metavar="X",
                       help="playback speed (default 1: as it happened; 0: no delays)")

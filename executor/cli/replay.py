@@ -33,7 +33,8 @@ class Comparison:
 
     @property
     def same(self) -> bool:
-        return self.exit_code_same and self.output_same and self.original_status == self.replay_status
+        return (self.exit_code_same and self.output_same
+                and self.original_status == self.replay_status)
 
 
 def compare(row: dict[str, Any]) -> Comparison:
@@ -91,8 +92,8 @@ def print_table(comparisons: list[Comparison], out: TextIO) -> None:
         else:
             exits = f"different ({_code(c.original_exit_code)}→{_code(c.replay_exit_code)})"
         line = c.command if "\n" not in c.command else c.command.splitlines()[0] + " …"
-        out.write(f"{c.original_id or '-':>9} {c.replay_id:>9}  {exits:<16} {word(c.output_same):<9}  "
-                  f"{line}\n")
+        out.write(f"{c.original_id or '-':>9} {c.replay_id:>9}  {exits:<16} "
+                  f"{word(c.output_same):<9}  {line}\n")
         if c.original_status != c.replay_status:
             ending = c.replay_status + (f" ({c.replay_reason})" if c.replay_reason else "")
             out.write(f"{'':>21}status: {c.original_status} → {ending}\n")

@@ -15,7 +15,8 @@ def register(commands: Commands) -> None:
         description="Serve the shell_api functions at /rpc/<name> with PostgREST's protocol "
                     "(JWT auth, SQLSTATE → HTTP status) and the web UI from html/. Connects with "
                     "PG_SHELL_GATEWAY_DATABASE_URL (as shell_authenticator), else DATABASE_URL.")
-    serve.add_argument("--host", help="address to listen on (PG_SHELL_LISTEN_HOST, default 127.0.0.1)")
+    serve.add_argument("--host",
+                       help="address to listen on (PG_SHELL_LISTEN_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (PG_SHELL_LISTEN_PORT, default 8080)")
     serve.set_defaults(handler=cmd_serve)
 

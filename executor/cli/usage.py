@@ -19,7 +19,8 @@ from executor.errors import PgShellError
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-CSV_FIELDS = ["user_id", "username", "commands", "run_ms", "output_bytes", "from_time", "until_time"]
+CSV_FIELDS = ["user_id", "username", "commands", "run_ms", "output_bytes", "from_time",
+              "until_time"]
 
 
 def register(commands: Commands) -> None:
@@ -45,7 +46,8 @@ def parse_since(text: str, now: datetime.datetime) -> datetime.datetime:
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError as exc:
-        raise PgShellError(f"--since {text!r}: give an age (30m, 12h, 1d, 2w) or an ISO time") from exc
+        raise PgShellError(
+            f"--since {text!r}: give an age (30m, 12h, 1d, 2w) or an ISO time") from exc
     return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
 
 
@@ -55,7 +57,8 @@ def cmd_usage(args: argparse.Namespace, settings: Settings) -> int:
     if args.csv:
         writer = csv.DictWriter(sys.stdout, CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows({**r, "from_time": _iso(r["from_time"]), "until_time": _iso(r["until_time"])}
+        writer.writerows({**r, "from_time": _iso(r["from_time"]),
+                          "until_time": _iso(r["until_time"])}
                          for r in rows)
         return 0
     print_table(rows)
@@ -66,7 +69,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     if not rows:
         print("no commands ended since the last report", file=sys.stderr)
         return
-    print(f"usage from {_iso(rows[0]['from_time'])} until {_iso(rows[0]['until_time'])}", file=sys.stderr)
+    print(f"usage from {_iso(rows[0]['from_time'])} until {_iso(rows[0]['until_time'])}",
+          file=sys.stderr)
     print(f"{'USER':<24} {'COMMANDS':>9} {'RUN TIME (s)':>13} {'OUTPUT BYTES':>13}  USER ID")
     for r in rows:
         print(f"{r['username']:<24} {r['commands']:>9} {r['run_ms'] / 1000:>13.3f} "

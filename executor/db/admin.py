@@ -8,7 +8,8 @@ from executor.db.connection import Connection, as_admin, query
 
 
 def create_user(conn: Connection, username: str, password: str) -> str:
-    return str(query(as_admin(conn), "SELECT shell.create_user(%s, %s) AS id", (username, password))[0]["id"])
+    return str(query(as_admin(conn), "SELECT shell.create_user(%s, %s) AS id",
+                     (username, password))[0]["id"])
 
 
 def set_quota(conn: Connection, username: str, sessions: int | None, running: int | None,

@@ -15,7 +15,8 @@ def admin_connection(dsn: str) -> Connection:
 
 
 def keys(conn: Connection) -> list[dict[str, Any]]:
-    return query(conn, "SELECT key_id, public_key, worker_id, registered_at::text FROM shell.audit_keys()")
+    return query(conn, "SELECT key_id, public_key, worker_id, registered_at::text FROM "
+                       "shell.audit_keys()")
 
 
 def sessions(conn: Connection, session_id: str | None = None) -> list[dict[str, Any]]:

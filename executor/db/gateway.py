@@ -33,11 +33,14 @@ SELECT p.proname AS name,
        format_type(coalesce(nullif(rt.typbasetype, 0), p.prorettype), NULL) AS return_base_type,
        p.pronargdefaults AS defaults,
        coalesce((SELECT array_agg(a.name ORDER BY a.ord)
-                 FROM unnest(p.proargnames, coalesce(p.proargmodes, array_fill('i'::"char", ARRAY[p.pronargs])))
+                 FROM unnest(p.proargnames,
+                             coalesce(p.proargmodes, array_fill('i'::"char", ARRAY[p.pronargs])))
                       WITH ORDINALITY AS a(name, mode, ord)
                  WHERE a.mode IN ('i', 'b', 'v')), '{}') AS arg_names,
        array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t) AS arg_types
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_type rt ON rt.oid = p.prorettype
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_type rt ON rt.oid = p.prorettype
 WHERE n.nspname = %s
 """
 
@@ -99,9 +102,9 @@ class GatewayDatabase:
         def read(cur: Any) -> dict[str, RpcFunction]:
             cur.execute(_CATALOG, (API_SCHEMA,))
             return {
-                r["name"]: RpcFunction(r["name"], r["read_only"], r["returns_set"], r["return_type"],
-                                       r["return_base_type"], tuple(r["arg_names"]), tuple(r["arg_types"]),
-                                       r["defaults"])
+                r["name"]: RpcFunction(r["name"], r["read_only"], r["returns_set"],
+                                       r["return_type"], r["return_base_type"],
+                                       tuple(r["arg_names"]), tuple(r["arg_types"]), r["defaults"])
                 for r in cur.fetchall()
             }
         return self._run(read)
@@ -119,7 +122,8 @@ class GatewayDatabase:
             return int(cur.fetchone()["n"])
         return self._run(read)
 
-    def call(self, fn: RpcFunction, args: dict[str, Any], role: str, claims: dict[str, Any] | None) -> Any:
+    def call(self, fn: RpcFunction, args: dict[str, Any], role: str,
+             claims: dict[str, Any] | None) -> Any:
         """Calls ``fn`` with named arguments (already checked against the
         catalog) as ``role``; returns a list of rows for a set-returning
         function, else the scalar."""
@@ -131,7 +135,8 @@ class GatewayDatabase:
 
         def invoke(cur: Any) -> Any:
             # A tenant's request may not hold the database for long.
-            cur.execute("SELECT set_config('role', %s, true), set_config('request.jwt.claims', %s, true),"
+            cur.execute("SELECT set_config('role', %s, true),"
+                        " set_config('request.jwt.claims', %s, true),"
                         " set_config('statement_timeout', %s, true)",
                         (role, json.dumps(claims) if claims is not None else "", STATEMENT_TIMEOUT))
             cur.execute(sql, values)
@@ -143,7 +148,8 @@ class GatewayDatabase:
         return self._run(invoke)
 
 
-def listen_forever(dsn: str, channel: str, deliver: Callable[[str], None], stop: threading.Event) -> None:
+def listen_forever(dsn: str, channel: str, deliver: Callable[[str], None],
+                   stop: threading.Event) -> None:
     """Delivers every NOTIFY payload of ``channel`` until ``stop``; reconnects
     after an outage (notifications sent meanwhile are lost: listeners must
     re-read their state, which the change cursor makes cheap)."""

@@ -53,7 +53,8 @@ def discover(sql_dir: Path = SQL_DIR) -> tuple[list[Script], Script]:
 def _bootstrap(conn: Connection) -> None:
     # Checked in the catalog rather than with IF NOT EXISTS, which would
     # print a notice on every re-run.
-    exists = query(conn, "SELECT to_regclass('shell.migrations') IS NOT NULL AS present")[0]["present"]
+    exists = query(conn,
+                   "SELECT to_regclass('shell.migrations') IS NOT NULL AS present")[0]["present"]
     if exists:
         return
     with transaction(conn) as cur:
@@ -67,7 +68,8 @@ def _bootstrap(conn: Connection) -> None:
 
 
 def _applied(conn: Connection) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in query(conn, "SELECT name, checksum, applied_at::text FROM shell.migrations")}
+    return {r["name"]: r
+            for r in query(conn, "SELECT name, checksum, applied_at::text FROM shell.migrations")}
 
 
 def _check_history(versioned: list[Script], applied: dict[str, dict[str, Any]]) -> None:
@@ -76,7 +78,8 @@ def _check_history(versioned: list[Script], applied: dict[str, dict[str, Any]]) 
         if name == GRANTS:
             continue
         if name not in known:
-            raise MigrationError(f"the database has migration {name}, which this version does not know")
+            raise MigrationError(f"the database has migration {name}, which this "
+                                 "version does not know")
         if known[name].checksum != row["checksum"]:
             raise MigrationError(f"migration {name} was edited after it was applied")
 
@@ -91,7 +94,8 @@ def status(conn: Connection, sql_dir: Path = SQL_DIR) -> list[ScriptStatus]:
         for s in versioned
     ]
     g = applied.get(GRANTS)
-    state = "pending" if g is None else ("applied" if g["checksum"] == grants.checksum else "changed")
+    state = "pending" if g is None else ("applied" if g["checksum"] == grants.checksum
+                                         else "changed")
     rows.append(ScriptStatus(GRANTS, g["applied_at"] if g else None, state))
     return rows
 

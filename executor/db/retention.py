@@ -25,18 +25,22 @@ def remove_batch(conn: Connection, session_id: str, before: datetime.datetime, l
                  sign: CheckpointSigner) -> int:
     """Removes up to ``limit`` old links of one session; returns how many."""
     with transaction(conn) as cur:
-        cur.execute("SELECT * FROM shell.retention_plan(%s::uuid, %s, %s)", (session_id, before, limit))
+        cur.execute("SELECT * FROM shell.retention_plan(%s::uuid, %s, %s)",
+                    (session_id, before, limit))
         plan: dict[str, Any] | None = cur.fetchone()
         if plan is None:
             return 0
-        record, signature, key_id = sign(session_id, plan["chain_seq"], plan["chain_hash"], plan["removed"])
-        cur.execute("SELECT shell.apply_retention(%s::uuid, %s::bigint[], %s, %s, %s, %s, %s, %s) AS gone",
+        record, signature, key_id = sign(session_id, plan["chain_seq"], plan["chain_hash"],
+                                         plan["removed"])
+        cur.execute("SELECT shell.apply_retention(%s::uuid, %s::bigint[], %s, %s, %s, %s, %s, %s) "
+                    "AS gone",
                     (session_id, plan["command_ids"], plan["chain_seq"], plan["chain_hash"],
                      plan["removed"], record, signature, key_id))
         return int(cur.fetchone()["gone"])
 
 
-def idle_sessions(conn: Connection, session_ids: list[str], idle_before: datetime.datetime) -> set[str]:
+def idle_sessions(conn: Connection, session_ids: list[str],
+                  idle_before: datetime.datetime) -> set[str]:
     rows = query(conn, "SELECT s::text AS id FROM shell.idle_sessions(%s::uuid[], %s) AS s",
                  (session_ids, idle_before))
     return {r["id"] for r in rows}

@@ -74,7 +74,8 @@ def dump(dsn: str) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m executor.db.schema_snapshot DSN  (prints the snapshot)", file=sys.stderr)
+        print("usage: python -m executor.db.schema_snapshot DSN  (prints the snapshot)",
+              file=sys.stderr)
         return 2
     try:
         sys.stdout.write(dump(argv[0]))

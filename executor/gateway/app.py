@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"),
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; "
+        "object-src 'none'"),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -75,7 +76,8 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 def error_response(status: int, code: str, message: str, details: str | None = None,
                    hint: str | None = None) -> Response:
-    return json_response({"code": code, "message": message, "details": details, "hint": hint}, status)
+    return json_response({"code": code, "message": message, "details": details, "hint": hint},
+                         status)
 
 
 class Gateway:
@@ -110,7 +112,8 @@ class Gateway:
         if fn is None or not set(fn.required) <= set(args) or not set(args) <= set(fn.arg_names):
             listed = ", ".join(sorted(args))
             return error_response(404, "PGRST202",
-                                  f"Could not find the function {API_SCHEMA}.{name}({listed}) in the schema cache",
+                                  "Could not find the function "
+                                  f"{API_SCHEMA}.{name}({listed}) in the schema cache",
                                   hint="Check the function name and its parameter names.")
         if request.method == "GET" and not fn.read_only:
             return error_response(405, "PGRST101", f"{name} changes data: call it with POST")
@@ -118,8 +121,10 @@ class Gateway:
             result = await self._call(fn, args, identity, request.headers.get("prefer", ""))
         except DatabaseError as exc:
             status = http_status(exc.sqlstate, identity.authenticated)
-            return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail, exc.hint)
-        offered = {media.HTML} if fn.returns_html else {media.OCTET_STREAM} if fn.returns_bytes else set()
+            return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail,
+                                  exc.hint)
+        offered = ({media.HTML} if fn.returns_html
+                   else {media.OCTET_STREAM} if fn.returns_bytes else set())
         chosen = media.preferred(request.headers.get("accept"), offered)
         if chosen == media.HTML:
             return HTMLResponse(result or "")
@@ -144,7 +149,8 @@ class Gateway:
             raise ValueError("the body must be a JSON object of named arguments")
         return args
 
-    async def _call(self, fn: RpcFunction, args: dict[str, Any], identity: Identity, prefer: str) -> Any:
+    async def _call(self, fn: RpcFunction, args: dict[str, Any], identity: Identity,
+                    prefer: str) -> Any:
         wait = _PREFER_WAIT.search(prefer)
         session_id = _canonical_uuid(args.get("p_session_id"))
         if fn.name not in LONG_POLL or not wait or not session_id:
@@ -156,7 +162,8 @@ class Gateway:
         try:
             while True:
                 changed.clear()
-                result = await run_in_threadpool(self.db.call, fn, args, identity.role, identity.claims)
+                result = await run_in_threadpool(self.db.call, fn, args, identity.role,
+                                                 identity.claims)
                 remaining = deadline - time.monotonic()
                 if result or remaining <= 0:
                     return result

@@ -35,7 +35,8 @@ def identify(authorization: str | None, secret: str) -> Identity:
         raise AuthError("the Authorization header must be 'Bearer <token>'")
     try:
         # algorithms pins HS256: "none" and key-confusion tricks are refused.
-        claims = jwt.decode(token.strip(), secret, algorithms=["HS256"], options={"require": ["exp"]})
+        claims = jwt.decode(token.strip(), secret, algorithms=["HS256"],
+                            options={"require": ["exp"]})
     except jwt.ExpiredSignatureError as exc:
         raise AuthError("JWT expired") from exc
     except jwt.PyJWTError as exc:

@@ -21,7 +21,8 @@ class ChangeFeed:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        threading.Thread(target=listen_forever, args=(self._dsn, CHANNEL, self._deliver, self._stop),
+        threading.Thread(target=listen_forever,
+                         args=(self._dsn, CHANNEL, self._deliver, self._stop),
                          name="change-feed", daemon=True).start()
 
     def stop(self) -> None:
@@ -33,7 +34,8 @@ class ChangeFeed:
 
     def _wake(self, session_id: str) -> None:
         # An empty payload (a reconnect) may have hidden changes: wake everyone.
-        groups = self._waiters.values() if not session_id else [self._waiters.get(session_id, set())]
+        groups = (self._waiters.values() if not session_id
+                  else [self._waiters.get(session_id, set())])
         for group in groups:
             for event in group:
                 event.set()

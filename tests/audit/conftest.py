@@ -24,7 +24,8 @@ from tests.executor.conftest import REPO, Daemon, Shell, remove_session_volumes
 from tests.support import call, create_user
 
 
-def cli(dsn: str | None, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(dsn: str | None, *args: str,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Runs `pg-shell ARGS` against ``dsn``."""
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
     run_env.pop("DATABASE_URL", None)
@@ -99,7 +100,8 @@ def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client:
         daemon.stop()
         for shell in shells:
             shell.conn.close()
-        for container in docker_client.containers.list(all=True, filters={"label": "pg-shell.command-id"}):
+        for container in docker_client.containers.list(all=True,
+                                                       filters={"label": "pg-shell.command-id"}):
             if container.labels.get("pg-shell.worker-id") == env["PG_SHELL_WORKER_ID"]:
                 try:
                     container.remove(force=True)

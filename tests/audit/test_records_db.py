@@ -24,7 +24,8 @@ from tests.support import one
 def _record(signer: Signer, row: dict, **changes) -> str:
     fields = dict(
         signer=signer.key_id, command_id=row["id"], session_id=str(row["session_id"]),
-        user_id=str(row["user_id"]), command=row["command"], status="done", exit_code=0, reason=None,
+        user_id=str(row["user_id"]), command=row["command"], status="done", exit_code=0,
+        reason=None,
         truncated=False, output_sha256=sha256_hex("hi\n"), cwd_before=row["cwd_before"],
         env_before=row["env_before"], cwd_after="/home/sandbox/x", env_after={"A": "1"},
         image_digest="sha256:test", worker_id="w1", attempt=1, duration_ms=5,
@@ -34,7 +35,8 @@ def _record(signer: Signer, row: dict, **changes) -> str:
     return result_record(**fields)
 
 
-def _complete(worker: Worker, cid: int, record: str, signature: str | None, key_id: str | None) -> None:
+def _complete(worker: Worker, cid: int, record: str, signature: str | None,
+              key_id: str | None) -> None:
     worker.conn.cursor().execute(
         "SELECT shell.complete_command(%s, 'w1', 1, 'done', 0, NULL, false, '/home/sandbox/x', "
         "'{\"A\": \"1\"}'::jsonb, 5, %s, %s, %s)", (cid, record, signature, key_id))
@@ -55,14 +57,17 @@ def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused
     cid = alice.submit(session, "echo hi")
     worker = Worker(db, "w1")
     signer = Signer.generate()
-    assert one(worker.conn, "SELECT shell.register_signing_key(%s, 'w1')", (signer.public_key_hex,)) == signer.key_id
+    assert one(worker.conn, "SELECT shell.register_signing_key(%s, 'w1')",
+               (signer.public_key_hex,)) == signer.key_id
     claimed = worker.claim()[0]
     worker.start(claimed)
     worker.append(claimed, 0, "hi\n")
     row = command_row(superuser(db), cid)
-    for wrong, field in (({"exit_code": 1}, "exit_code"), ({"cwd_after": "/home/sandbox"}, "cwd_after"),
+    for wrong, field in (({"exit_code": 1}, "exit_code"),
+                         ({"cwd_after": "/home/sandbox"}, "cwd_after"),
                          ({"env_after": {}}, "env_after"), ({"status": "failed"}, "status"),
-                         ({"command_id": cid + 1}, "command_id"), ({"output_sha256": sha256_hex("")}, "output_sha256")):
+                         ({"command_id": cid + 1}, "command_id"),
+                         ({"output_sha256": sha256_hex("")}, "output_sha256")):
         bad = _record(signer, row, **wrong)
         with raises_sqlstate("22023", f"disagrees with the command on {field}"):
             _complete(worker, cid, bad, signer.sign(bad), signer.key_id)
@@ -73,7 +78,8 @@ def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused
     good = _record(signer, row)
     _complete(worker, cid, good, signer.sign(good), signer.key_id)
     done = command_row(superuser(db), cid)
-    assert (done["status"], done["result_record"], done["key_id"], done["chain_seq"]) == ("done", good, signer.key_id, 1)
+    assert (done["status"], done["result_record"], done["key_id"], done["chain_seq"]) == (
+        "done", good, signer.key_id, 1)
     assert _verify(db).intact
 
 
@@ -88,7 +94,8 @@ def test_the_database_records_what_it_settles_itself_unsigned(db):
     expire_lease(su, lost)
     worker.expire_leases()
     rows = [command_row(su, cid) for cid in (cancelled, lost)]
-    assert [(r["status"], r["chain_seq"], r["signature"]) for r in rows] == [("cancelled", 1, None), ("failed", 2, None)]
+    assert [(r["status"], r["chain_seq"], r["signature"]) for r in rows] == [("cancelled", 1, None),
+                                                                             ("failed", 2, None)]
     assert [json.loads(r["result_record"])["signer"] for r in rows] == [DATABASE_SIGNER] * 2
     assert rows[1]["chain_prev"] == rows[0]["chain_hash"]
     report = _verify(db)

@@ -24,11 +24,13 @@ def row(sql, command_id: int) -> dict:
     return sql("SELECT * FROM shell.commands WHERE id = %s", (command_id,))[0]
 
 
-def test_intact_history_verifies_with_signed_executor_results_and_unsigned_database_ones(copy, sql, history):
+def test_intact_history_verifies_with_signed_executor_results_and_unsigned_database_ones(copy, sql,
+                                                                                         history):
     code, report = verify(copy)
     assert (code, report["intact"], report["sessions"], report["links"]) == (0, True, 2, 7)
-    alice = sql("SELECT id, status, chain_seq, key_id, signature, result_record FROM shell.commands "
-                "WHERE session_id = %s ORDER BY chain_seq", (history.sessions["alice"],))
+    alice = sql("SELECT id, status, chain_seq, key_id, signature, result_record"
+                " FROM shell.commands WHERE session_id = %s ORDER BY chain_seq",
+                (history.sessions["alice"],))
     assert [r["chain_seq"] for r in alice] == [1, 2, 3, 4, 5, 6]
     assert alice[0]["id"] == history.ids["cancelled"]
     assert json.loads(alice[0]["result_record"])["signer"] == DATABASE_SIGNER
@@ -38,9 +40,11 @@ def test_intact_history_verifies_with_signed_executor_results_and_unsigned_datab
     record = alice[1]["result_record"]
     # Canonical: sorted keys, compact separators, exactly as the executor signed it.
     assert record == json.dumps(json.loads(record), sort_keys=True, separators=(",", ":"))
-    lane = sql("SELECT chain_seq, chain_head FROM shell.lanes WHERE session_id = %s", (history.sessions["alice"],))[0]
+    lane = sql("SELECT chain_seq, chain_head FROM shell.lanes WHERE session_id = %s",
+               (history.sessions["alice"],))[0]
     assert (lane["chain_seq"], lane["chain_head"]) == (6, sql(
-        "SELECT chain_hash FROM shell.commands WHERE id = %s", (history.ids["last"],))[0]["chain_hash"])
+        "SELECT chain_hash FROM shell.commands WHERE id = %s",
+        (history.ids["last"],))[0]["chain_hash"])
     code, report = verify(copy, "--session", history.sessions["bob"])
     assert (code, report["sessions"], report["links"]) == (0, 1, 1)
 
@@ -49,20 +53,23 @@ def test_an_edited_output_is_named(copy, sql, history):
     sql("UPDATE shell.commands SET output = 'goodbye\n' WHERE id = %s", (history.ids["hello"],))
     code, report = verify(copy)
     found = first_break(report)
-    assert (code, found["command_id"], found["cause"], found["field"]) == (1, history.ids["hello"], "edited", "output")
+    assert (code, found["command_id"], found["cause"], found["field"]) == (1, history.ids["hello"],
+                                                                           "edited", "output")
 
 
 def test_an_edited_exit_code_is_named(copy, sql, history):
     sql("UPDATE shell.commands SET exit_code = 0 WHERE id = %s", (history.ids["false"],))
     found = first_break(verify(copy)[1])
-    assert (found["command_id"], found["cause"], found["field"]) == (history.ids["false"], "edited", "exit_code")
+    assert (found["command_id"], found["cause"], found["field"]) == (history.ids["false"], "edited",
+                                                                     "exit_code")
 
 
 def test_edited_output_chunks_are_named(copy, sql, history):
     sql("ALTER TABLE shell.output_chunks DISABLE TRIGGER USER")
     sql("UPDATE shell.output_chunks SET data = 'x' WHERE command_id = %s", (history.ids["last"],))
     found = first_break(verify(copy)[1])
-    assert (found["command_id"], found["cause"], found["field"]) == (history.ids["last"], "edited", "output_chunks")
+    assert (found["command_id"], found["cause"], found["field"]) == (history.ids["last"], "edited",
+                                                                     "output_chunks")
 
 
 def test_a_deleted_row_breaks_the_chain_at_the_next_link(copy, sql, history):
@@ -70,7 +77,8 @@ def test_a_deleted_row_breaks_the_chain_at_the_next_link(copy, sql, history):
     sql("DELETE FROM shell.output_chunks WHERE command_id = %s", (gone,))
     sql("DELETE FROM shell.commands WHERE id = %s", (gone,))
     found = first_break(verify(copy)[1])
-    assert (found["command_id"], found["chain_seq"], found["cause"]) == (history.ids["false"], 4, "deleted")
+    assert (found["command_id"], found["chain_seq"], found["cause"]) == (history.ids["false"], 4,
+                                                                         "deleted")
     assert "chain_seq 3 missing" in found["detail"]
 
 
@@ -80,11 +88,12 @@ def test_a_deleted_row_is_found_even_when_the_rest_is_renumbered(copy, sql, hist
     sql("DELETE FROM shell.commands WHERE id = %s", (gone,))
     sql("UPDATE shell.commands SET chain_seq = -chain_seq WHERE session_id = %s AND chain_seq > 3",
         (history.sessions["alice"],))
-    sql("UPDATE shell.commands SET chain_seq = -chain_seq - 1 WHERE session_id = %s AND chain_seq < 0",
-        (history.sessions["alice"],))
+    sql("UPDATE shell.commands SET chain_seq = -chain_seq - 1"
+        " WHERE session_id = %s AND chain_seq < 0", (history.sessions["alice"],))
     sql("UPDATE shell.lanes SET chain_seq = 5 WHERE session_id = %s", (history.sessions["alice"],))
     found = first_break(verify(copy)[1])
-    assert (found["command_id"], found["chain_seq"], found["cause"]) == (history.ids["false"], 3, "deleted")
+    assert (found["command_id"], found["chain_seq"], found["cause"]) == (history.ids["false"], 3,
+                                                                         "deleted")
 
 
 def test_a_deleted_last_row_is_found_from_the_chain_head(copy, sql, history):
@@ -108,7 +117,8 @@ def test_swapped_links_with_all_their_chain_fields_are_reported_as_reordered(cop
     a, b = row(sql, history.ids["state"]), row(sql, history.ids["false"])
     sql("UPDATE shell.commands SET chain_seq = -1 WHERE id = %s", (a["id"],))
     for target, source in ((b, a), (a, b)):
-        sql("UPDATE shell.commands SET chain_seq = %s, chain_prev = %s, chain_hash = %s WHERE id = %s",
+        sql("UPDATE shell.commands SET chain_seq = %s, chain_prev = %s, chain_hash = %s"
+            " WHERE id = %s",
             (source["chain_seq"], source["chain_prev"], source["chain_hash"], target["id"]))
     found = first_break(verify(copy)[1])
     assert (found["command_id"], found["chain_seq"], found["cause"]) == (b["id"], 3, "reordered")
@@ -124,7 +134,8 @@ def test_a_result_signed_with_another_key_is_forged(copy, sql, history):
     target = row(sql, history.ids["false"])
     intruder = Signer(Ed25519PrivateKey.generate())
     forged = _altered(target["result_record"], exit_code=0, signer=intruder.key_id)
-    sql("UPDATE shell.commands SET exit_code = 0, result_record = %s, signature = %s, key_id = %s WHERE id = %s",
+    sql("UPDATE shell.commands SET exit_code = 0, result_record = %s, signature = %s, "
+        "key_id = %s WHERE id = %s",
         (forged, intruder.sign(forged), intruder.key_id, target["id"]))
     found = first_break(verify(copy)[1])
     assert (found["command_id"], found["cause"]) == (target["id"], "forged")
@@ -150,14 +161,16 @@ def test_a_signature_made_by_another_key_in_the_registered_keys_name_is_forged(c
 
 
 def test_a_stripped_signature_is_missing(copy, sql, history):
-    sql("UPDATE shell.commands SET signature = NULL, key_id = NULL WHERE id = %s", (history.ids["hello"],))
+    sql("UPDATE shell.commands SET signature = NULL, key_id = NULL WHERE id = %s",
+        (history.ids["hello"],))
     found = first_break(verify(copy)[1])
     assert (found["command_id"], found["cause"]) == (history.ids["hello"], "missing signature")
 
 
 def test_a_done_result_passed_off_as_a_database_record_is_missing_its_signature(copy, sql, history):
     target = row(sql, history.ids["hello"])
-    sql("UPDATE shell.commands SET result_record = %s, signature = NULL, key_id = NULL WHERE id = %s",
+    sql("UPDATE shell.commands SET result_record = %s, signature = NULL, key_id = NULL"
+        " WHERE id = %s",
         (_altered(target["result_record"], signer=DATABASE_SIGNER), target["id"]))
     found = first_break(verify(copy)[1])
     assert (found["command_id"], found["cause"]) == (target["id"], "missing signature")
@@ -179,7 +192,8 @@ def test_an_export_verifies_offline_and_fails_offline_when_tampered(copy, histor
     assert [line["type"] for line in lines].count("link") == 7
     assert [line["type"] for line in lines].count("key") == 1
     offline = cli(None, "audit", "verify-export", str(export))
-    assert (offline.returncode, offline.stdout.strip()) == (0, "intact: 7 links in 2 sessions"), offline.stderr
+    assert (offline.returncode, offline.stdout.strip()) == (
+        0, "intact: 7 links in 2 sessions"), offline.stderr
 
     for line in lines:
         if line["type"] == "link" and line["command_id"] == history.ids["hello"]:

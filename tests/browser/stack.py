@@ -49,7 +49,8 @@ class Terminal:
         try:
             self.expect(self.page.locator("#sessions-view")).to_be_visible()
         except AssertionError as exc:
-            raise AssertionError(f"sign-in failed; status line: {self.status.text_content()!r}") from exc
+            status = self.status.text_content()
+            raise AssertionError(f"sign-in failed; status line: {status!r}") from exc
 
     @property
     def status(self) -> Any:

@@ -19,7 +19,8 @@ def test_signs_in_runs_a_pipeline_and_keeps_the_session_on_reload(
         open_terminal: OpenTerminal, artifacts: Path) -> None:
     term = open_terminal("alice")
     csp_errors: list[str] = []
-    term.page.on("console", lambda m: csp_errors.append(m.text) if "Content Security Policy" in m.text else None)
+    term.page.on("console", lambda m: csp_errors.append(m.text)
+                 if "Content Security Policy" in m.text else None)
     session_id = term.new_session("first")
 
     article = term.run("echo hello | tr a-z A-Z")
@@ -91,7 +92,8 @@ def test_output_of_a_long_command_appears_before_it_ends(open_terminal: OpenTerm
     term.expect(term.page.locator("#scrollback article.cmd")).to_have_count(1)
 
 
-def test_the_cancel_button_and_ctrl_c_cancel_the_running_command(open_terminal: OpenTerminal) -> None:
+def test_the_cancel_button_and_ctrl_c_cancel_the_running_command(
+        open_terminal: OpenTerminal) -> None:
     term = open_terminal("alice")
     term.new_session()
 
@@ -133,7 +135,8 @@ def test_html_in_output_and_commands_shows_as_text(open_terminal: OpenTerminal) 
     term.expect(article.locator(".text")).to_have_text(command)
     term.expect(term.page.locator("#scrollback img")).to_have_count(0)
     term.page.reload()
-    term.expect(term.commands().first.locator("pre.out")).to_have_text("<img src=x onerror=alert(1)>\n")
+    term.expect(term.commands().first.locator("pre.out")).to_have_text("<img src=x "
+                                                                       "onerror=alert(1)>\n")
     term.expect(term.page.locator("img")).to_have_count(0)
     assert term.dialogs == []
 
@@ -212,7 +215,8 @@ def test_phone_width_has_no_horizontal_scroll(open_terminal: OpenTerminal, artif
     term.page.screenshot(path=str(artifacts / "terminal-phone.png"))
 
 
-def test_live_output_works_by_polling_when_the_server_answers_at_once(open_terminal: OpenTerminal) -> None:
+def test_live_output_works_by_polling_when_the_server_answers_at_once(
+        open_terminal: OpenTerminal) -> None:
     # Plain PostgREST ignores `Prefer: wait=…`: drop the header, as it would.
     term = open_terminal("alice")
     polls: list[str] = []

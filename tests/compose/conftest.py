@@ -32,10 +32,12 @@ ENV = {
 COMMAND = "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in ENV.items()) + " docker-compose"
 
 
-def compose(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    argv = ["env", *(f"{k}={v}" for k, v in ENV.items()), "docker-compose", "-f", str(REPO / "docker-compose.yml"),
-            "-p", PROJECT, *args]
-    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def compose(*args: str, stdin: str | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = ["env", *(f"{k}={v}" for k, v in ENV.items()), "docker-compose", "-f",
+            str(REPO / "docker-compose.yml"), "-p", PROJECT, *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO)
 
 
 @pytest.fixture(scope="session")
@@ -67,8 +69,8 @@ def docker_cleanup() -> list[str]:
 @pytest.fixture(scope="session")
 def compose_prepared(docker_client: Any) -> None:
     require(shutil.which("docker-compose") is not None, "docker-compose (ops/install-packages)")
-    done = subprocess.run([str(REPO / "ops" / "compose" / "prepare")], capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run([str(REPO / "ops" / "compose" / "prepare")], capture_output=True,
+                          text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
 
 

@@ -32,17 +32,20 @@ def test_the_compose_stack_runs_a_command_end_to_end_through_the_gateway(stack, 
         session_id = session.json()
         compose_guard.append(session_id)
         submitted = http.post("/rpc/submit_command", json={"p_session_id": session_id,
-                                                           "p_command": "echo hello | tr a-z A-Z"}, headers=auth)
+                                                           "p_command": "echo hello | tr a-z A-Z"},
+                              headers=auth)
         assert submitted.status_code == 200, submitted.text
         command_id = submitted.json()
 
         deadline = time.monotonic() + 120
         while True:
-            rows = http.post("/rpc/latest_output", json={"p_session_id": session_id}, headers=auth).json()
+            rows = http.post("/rpc/latest_output", json={"p_session_id": session_id},
+                             headers=auth).json()
             row = next(r for r in rows if r["id"] == command_id)
             if row["status"] in ("done", "failed", "cancelled"):
                 break
-            assert time.monotonic() < deadline, f"still {row['status']}:\n{compose('logs', 'executor').stdout[-3000:]}"
+            assert time.monotonic() < deadline, (
+                f"still {row['status']}:\n{compose('logs', 'executor').stdout[-3000:]}")
             time.sleep(0.2)
     assert (row["status"], row["exit_code"], row["output"]) == ("done", 0, "HELLO\n")
     # The gateway holds no superuser password and no engine socket.

@@ -36,12 +36,14 @@ def row_counts(dsn: str) -> dict[str, int]:
     conn = psycopg2.connect(dsn)
     try:
         counts = {t: call(conn, f"SELECT count(*) AS n FROM shell.{t}")[0]["n"] for t in TABLES}
-        counts["lane_state"] = call(conn, "SELECT coalesce(json_agg(l ORDER BY session_id), '[]') AS s "
-                                          "FROM (SELECT session_id, pending, active_command_id, change_seq "
-                                          "FROM shell.lanes) l")[0]["s"]
-        counts["command_state"] = call(conn, "SELECT coalesce(json_agg(c ORDER BY id), '[]') AS s FROM "
-                                             "(SELECT id, status, cancel_requested_at, change_seq, output_bytes "
-                                             "FROM shell.commands) c")[0]["s"]
+        counts["lane_state"] = call(
+            conn, "SELECT coalesce(json_agg(l ORDER BY session_id), '[]') AS s"
+                  " FROM (SELECT session_id, pending, active_command_id, change_seq"
+                  " FROM shell.lanes) l")[0]["s"]
+        counts["command_state"] = call(
+            conn, "SELECT coalesce(json_agg(c ORDER BY id), '[]') AS s"
+                  " FROM (SELECT id, status, cancel_requested_at, change_seq, output_bytes"
+                  " FROM shell.commands) c")[0]["s"]
         return counts
     finally:
         conn.close()
@@ -85,7 +87,8 @@ def start(dsn: str, command_id: int, attempt: int) -> None:
 def append(dsn: str, command_id: int, attempt: int, seq: int, data: str) -> None:
     ex = executor(dsn)
     try:
-        call(ex, "SELECT shell.append_output(%s, %s, %s, %s, %s)", (command_id, WORKER, attempt, seq, data))
+        call(ex, "SELECT shell.append_output(%s, %s, %s, %s, %s)",
+             (command_id, WORKER, attempt, seq, data))
     finally:
         ex.close()
 

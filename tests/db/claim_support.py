@@ -47,9 +47,11 @@ class Worker:
 
     def append(self, cmd: Claimed | int, seq: int, data: str, attempt: int | None = None) -> None:
         cid, att = _id_attempt(cmd, attempt)
-        call(self.conn, "SELECT shell.append_output(%s, %s, %s, %s, %s)", (cid, self.id, att, seq, data))
+        call(self.conn, "SELECT shell.append_output(%s, %s, %s, %s, %s)",
+             (cid, self.id, att, seq, data))
 
-    def complete(self, cmd: Claimed | int, status: str | None = "done", *, attempt: int | None = None,
+    def complete(self, cmd: Claimed | int, status: str | None = "done", *,
+                 attempt: int | None = None,
                  exit_code: int | None = 0, reason: str | None = None, cwd: str | None = None,
                  env: Any = None) -> None:
         cid, att = _id_attempt(cmd, attempt)
@@ -64,11 +66,13 @@ class Worker:
         return {r["command_id"]: r["cancel_requested"] for r in rows}
 
     def settle(self, started_ids: list[int]) -> dict[int, str]:
-        rows = call(self.conn, "SELECT * FROM shell.settle_worker(%s, %s::bigint[])", (self.id, started_ids))
+        rows = call(self.conn, "SELECT * FROM shell.settle_worker(%s, %s::bigint[])",
+                    (self.id, started_ids))
         return {r["command_id"]: r["status"] for r in rows}
 
     def expire_leases(self) -> dict[int, str]:
-        return {r["command_id"]: r["status"] for r in call(self.conn, "SELECT * FROM shell.expire_leases()")}
+        return {r["command_id"]: r["status"]
+                for r in call(self.conn, "SELECT * FROM shell.expire_leases()")}
 
     def close(self) -> None:
         self.conn.close()
@@ -96,16 +100,17 @@ class Tenant:
         return bool(one(self.conn, "SELECT shell_api.cancel_command(%s)", (command_id,)))
 
 
-def new_tenant(dsn: str, name: str, *, max_running: int | None = None, max_sessions: int | None = None,
-               max_queued: int | None = None) -> Tenant:
+def new_tenant(dsn: str, name: str, *, max_running: int | None = None,
+               max_sessions: int | None = None, max_queued: int | None = None) -> Tenant:
     uid = create_user(dsn, name)
     if (max_running, max_sessions, max_queued) != (None, None, None):
-        set_quota(dsn, name, max_running=max_running, max_sessions=max_sessions, max_queued=max_queued)
+        set_quota(dsn, name, max_running=max_running, max_sessions=max_sessions,
+                  max_queued=max_queued)
     return Tenant(uid, tenant(dsn, uid))
 
 
-def set_quota(dsn: str, name: str, *, max_running: int | None = None, max_sessions: int | None = None,
-              max_queued: int | None = None) -> None:
+def set_quota(dsn: str, name: str, *, max_running: int | None = None,
+              max_sessions: int | None = None, max_queued: int | None = None) -> None:
     admin = connect_as(dsn, "shell_admin")
     try:
         call(admin, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s)",
@@ -128,7 +133,8 @@ def command_row(conn: psycopg2.extensions.connection, command_id: int) -> dict[s
 
 def expire_lease(su: psycopg2.extensions.connection, command_id: int) -> None:
     """Moves a command's lease into the past, as if its worker had gone quiet."""
-    call(su, "UPDATE shell.commands SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+    call(su,
+         "UPDATE shell.commands SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
          (command_id,))
 
 
@@ -145,11 +151,13 @@ def raises_sqlstate(sqlstate: str, message: str | None = None) -> Iterator[pytes
 # and no session has two active commands.
 LANE_MISMATCHES = """
 SELECT l.session_id, l.pending, l.active_command_id,
-       (SELECT count(*) FROM shell.commands c WHERE c.session_id = l.session_id AND c.status = 'pending') AS real_pending,
+       (SELECT count(*) FROM shell.commands c
+        WHERE c.session_id = l.session_id AND c.status = 'pending') AS real_pending,
        (SELECT array_agg(c.id) FROM shell.commands c
         WHERE c.session_id = l.session_id AND c.status IN ('claimed', 'running')) AS real_active
 FROM shell.lanes l
-WHERE l.pending <> (SELECT count(*) FROM shell.commands c WHERE c.session_id = l.session_id AND c.status = 'pending')
+WHERE l.pending <> (SELECT count(*) FROM shell.commands c
+                    WHERE c.session_id = l.session_id AND c.status = 'pending')
    OR l.active_command_id IS DISTINCT FROM (SELECT min(c.id) FROM shell.commands c
         WHERE c.session_id = l.session_id AND c.status IN ('claimed', 'running'))
    OR (SELECT count(*) FROM shell.commands c

@@ -33,7 +33,8 @@ def alice(db):
 
 def commands_of(dsn: str) -> list[tuple[int, int]]:
     return [(r["id"], r["bytes"]) for r in
-            superuser_rows(dsn, "SELECT id, octet_length(command) AS bytes FROM shell.commands ORDER BY id")]
+            superuser_rows(dsn, "SELECT id, octet_length(command) AS bytes FROM "
+                                "shell.commands ORDER BY id")]
 
 
 # --- commands ----------------------------------------------------------------
@@ -63,7 +64,8 @@ def test_a_command_over_one_mebibyte_is_refused(alice):
     before = row_counts(db)
     for command in ("x" * (MIB + 1), "é" * (MIB // 2) + "x"):  # bytes count, not characters
         exc = error_of(conn, "SELECT shell_api.submit_command(%s, %s)", (sid, command))
-        assert (exc.pgcode, exc.diag.message_primary) == ("PT413", "command is too large (1048577 bytes)")
+        assert (exc.pgcode, exc.diag.message_primary) == (
+            "PT413", "command is too large (1048577 bytes)")
         assert exc.diag.message_detail == "A command may be at most 1048576 bytes."
     assert row_counts(db) == before
 
@@ -73,7 +75,8 @@ def test_a_command_of_exactly_one_mebibyte_is_accepted_intact(alice):
     first = one(conn, "SELECT shell_api.submit_command(%s, %s)", (sid, "x" * MIB))
     second = one(conn, "SELECT shell_api.submit_command(%s, %s)", (sid, "é" * (MIB // 2)))
     assert commands_of(db) == [(first, MIB), (second, MIB)]
-    rows = superuser_rows(db, "SELECT command = repeat('é', %s) AS intact FROM shell.commands WHERE id = %s",
+    rows = superuser_rows(db, "SELECT command = repeat('é', %s) AS intact FROM "
+                              "shell.commands WHERE id = %s",
                           (MIB // 2, second))
     assert rows == [{"intact": True}]
 
@@ -87,7 +90,8 @@ def test_a_nul_byte_never_reaches_the_database(alice):
     # Built inside SQL, PostgreSQL's text type cannot hold it.
     assert sqlstate(conn, "SELECT shell_api.submit_command(%s, 'echo a' || chr(0))", (sid,)) == (
         "54000", "null character not permitted")
-    code, message = sqlstate(conn, "SELECT shell_api.submit_command(%s, convert_from('\\x610062'::bytea, 'UTF8'))",
+    code, message = sqlstate(conn, "SELECT shell_api.submit_command(%s, "
+                                   "convert_from('\\x610062'::bytea, 'UTF8'))",
                              (sid,))
     assert (code, message) == ("22021", 'invalid byte sequence for encoding "UTF8": 0x00')
     assert row_counts(db) == before
@@ -133,7 +137,8 @@ def test_an_unknown_or_foreign_session_is_not_found(alice):
 def test_out_of_range_paging_is_refused(alice, fn, since, limit, message):
     _, _, conn, sid = alice
     one(conn, "SELECT shell_api.submit_command(%s, 'ls')", (sid,))
-    assert sqlstate(conn, f"SELECT * FROM shell_api.{fn}(%s, %s, %s)", (sid, since, limit)) == ("22023", message)
+    assert sqlstate(conn, f"SELECT * FROM shell_api.{fn}(%s, %s, %s)",
+                    (sid, since, limit)) == ("22023", message)
 
 
 def test_paging_limits_at_the_edges_are_accepted(alice):
@@ -141,7 +146,8 @@ def test_paging_limits_at_the_edges_are_accepted(alice):
     cid = one(conn, "SELECT shell_api.submit_command(%s, 'ls')", (sid,))
     for fn in ("latest_output", "session_changes"):
         for limit in (1, 1000):
-            assert [r["id"] for r in call(conn, f"SELECT id FROM shell_api.{fn}(%s, 0, %s)", (sid, limit))] == [cid]
+            assert [r["id"] for r in call(conn, f"SELECT id FROM shell_api.{fn}(%s, 0, %s)",
+                                          (sid, limit))] == [cid]
 
 
 # --- session names -----------------------------------------------------------
@@ -154,7 +160,8 @@ def test_a_session_name_must_be_1_to_200_characters(alice):
             "22023", "session name must be 1 to 200 characters")
     assert row_counts(db) == before
     sid = one(conn, "SELECT shell_api.create_session(%s)", ("é" * 200,))
-    assert superuser_rows(db, "SELECT length(name) AS n FROM shell.sessions WHERE id = %s", (sid,)) == [{"n": 200}]
+    assert superuser_rows(db, "SELECT length(name) AS n FROM shell.sessions WHERE id = %s",
+                          (sid,)) == [{"n": 200}]
 
 
 # --- quotas ------------------------------------------------------------------
@@ -171,8 +178,10 @@ def test_set_user_quota_refuses_negative_quotas_and_unknown_users(db):
     before = superuser_rows(db, "SELECT max_sessions, max_running, max_queued FROM shell.users")
     assert sqlstate(conn, "SELECT * FROM shell.set_user_quota('alice', -1)") == (
         "22023", "quotas cannot be negative")
-    assert sqlstate(conn, "SELECT * FROM shell.set_user_quota('nobody', 1, 1, 1)") == ("22023", "no user nobody")
-    assert superuser_rows(db, "SELECT max_sessions, max_running, max_queued FROM shell.users") == before
+    unknown = sqlstate(conn, "SELECT * FROM shell.set_user_quota('nobody', 1, 1, 1)")
+    assert unknown == ("22023", "no user nobody")
+    quotas = superuser_rows(db, "SELECT max_sessions, max_running, max_queued FROM shell.users")
+    assert quotas == before
 
 
 def test_sessions_beyond_the_quota_are_refused(alice):
@@ -246,8 +255,8 @@ def test_create_user_accepts_the_shortest_and_longest_valid_input(db):
     conn = admin(db)
     one(conn, "SELECT shell.create_user(%s, '12345678')", ("a" * 63,))
     one(conn, "SELECT shell.create_user('_', '12345678')")
-    assert [r["username"] for r in superuser_rows(db, "SELECT username FROM shell.users ORDER BY 1")] == [
-        "_", "a" * 63]
+    rows = superuser_rows(db, "SELECT username FROM shell.users ORDER BY 1")
+    assert [r["username"] for r in rows] == ["_", "a" * 63]
 
 
 def test_create_user_refuses_a_duplicate(db):

@@ -113,9 +113,9 @@ def test_the_database_refuses_a_second_active_command_in_a_session(db):
     su = superuser(db)
     for status in ("claimed", "running"):
         with raises_sqlstate("23505") as info:
-            call(su, "UPDATE shell.commands SET status = %s, worker_id = 'intruder', attempts = 1,"
-                     " claimed_at = now(), started_at = now(), lease_expires_at = now() + interval '30 s'"
-                     " WHERE id = %s", (status, second))
+            call(su, "UPDATE shell.commands SET status = %s, worker_id = 'intruder', attempts = 1, "
+                     "claimed_at = now(), started_at = now(), lease_expires_at = now() + interval "
+                     "'30 s' WHERE id = %s", (status, second))
         assert info.value.diag.constraint_name == "commands_one_active_per_session"
     assert command_row(su, first)["status"] == "running"
     assert command_row(su, second)["status"] == "pending"
@@ -172,7 +172,8 @@ def test_concurrent_claimers_never_have_two_active_commands_in_a_session(db):
         su = superuser(db)
         while not stop.is_set():
             [sample] = call(su, f"""
-                SELECT (SELECT count(*) FROM shell.commands WHERE status IN ('claimed', 'running')) AS busy,
+                SELECT (SELECT count(*) FROM shell.commands
+                        WHERE status IN ('claimed', 'running')) AS busy,
                        (SELECT coalesce(json_agg(m), '[]') FROM ({LANE_MISMATCHES}) m) AS bad""")
             busy_samples += sample["busy"] > 0
             mismatches.extend(sample["bad"])
@@ -286,7 +287,8 @@ def test_every_command_runs_exactly_once_in_session_order_with_many_workers(db):
     assert sorted(ids) == sorted(i for v in expected.values() for i in v)
     assert set(ids.values()) == {1}, "a command was claimed more than once"
     assert {c[1] for c in claims} == {1}
-    assert len({c[2] for c in claims}) > 1, "only one worker ever claimed: no concurrency was exercised"
+    assert len({c[2] for c in claims}) > 1, (
+        "only one worker ever claimed: no concurrency was exercised")
     assert dict(claim_order) == expected
     assert dict(completion_order) == expected
     su = superuser(db)
@@ -385,7 +387,8 @@ def test_max_running_holds_under_concurrent_claimers(db):
     assert alice_overlaps == []
     assert seen_alice_over_quota == []
     assert sorted(finished) == sorted(a_ids + b_ids)
-    assert alice_busy_samples >= len(a_ids), "the watcher did not see each of alice's commands running"
+    assert alice_busy_samples >= len(a_ids), (
+        "the watcher did not see each of alice's commands running")
 
 
 # --- leases --------------------------------------------------------------------
@@ -405,8 +408,10 @@ def test_an_unstarted_command_whose_lease_expired_is_claimed_again_at_the_head_o
     # Only the expired lease is settled; bob's live lease is left alone.
     assert new.expire_leases() == {first: "pending"}
     row = command_row(su, first)
-    assert (row["status"], row["worker_id"], row["lease_expires_at"], row["attempts"]) == ("pending", None, None, 1)
-    other_row = call(su, "SELECT status, worker_id FROM shell.commands WHERE session_id = %s", (other,))
+    assert (row["status"], row["worker_id"], row["lease_expires_at"], row["attempts"]) == (
+        "pending", None, None, 1)
+    other_row = call(su, "SELECT status, worker_id FROM shell.commands WHERE session_id = %s",
+                     (other,))
     assert other_row == [{"status": "claimed", "worker_id": "old"}]
 
     [again] = new.claim(limit=10)
@@ -502,9 +507,10 @@ def test_heartbeat_renews_only_leases_the_worker_holds_and_reports_cancel_reques
     renewed = w1.heartbeat([(c1, 1), (c2, 2), (c3, 1), (c4, 1)], lease_seconds=60)
     # c2: wrong attempt; c3: finished; c4: someone else's.
     assert renewed == {c1: True}
-    leases = {r["id"]: r for r in call(su, "SELECT id, lease_expires_at > now() + interval '59 s' AS renewed,"
-                                          " lease_expires_at = '2000-01-01Z' AS untouched"
-                                          " FROM shell.commands WHERE id = ANY (%s)", ([c1, c2, c4],))}
+    leases = {r["id"]: r
+              for r in call(su, "SELECT id, lease_expires_at > now() + interval '59 s' AS renewed,"
+                               " lease_expires_at = '2000-01-01Z' AS untouched"
+                               " FROM shell.commands WHERE id = ANY (%s)", ([c1, c2, c4],))}
     assert leases[c1]["renewed"] and not leases[c1]["untouched"]
     assert leases[c2]["untouched"] and leases[c4]["untouched"]
     assert w1.heartbeat([(c1, 1), (c2, 1)]) == {c1: True, c2: False}
@@ -524,7 +530,8 @@ def test_settle_worker_returns_unstarted_commands_and_fails_started_ones_of_that
     # c2's container exists although it was never marked running.
     restarted = Worker(db, "w1")
     assert restarted.settle([c2]) == {c1: "pending", c2: "failed", c3: "failed"}
-    rows = {r["id"]: r for r in call(su, "SELECT id, status, reason, worker_id FROM shell.commands")}
+    rows = {r["id"]: r
+            for r in call(su, "SELECT id, status, reason, worker_id FROM shell.commands")}
     assert (rows[c1]["status"], rows[c1]["worker_id"]) == ("pending", None)
     assert (rows[c2]["status"], rows[c2]["reason"]) == ("failed", "executor lost")
     assert (rows[c3]["status"], rows[c3]["reason"]) == ("failed", "executor lost")
@@ -627,7 +634,8 @@ def test_mark_started_repeated_for_the_same_container_is_a_no_op(db):
     su = superuser(db)
     started_at = command_row(su, c.id)["started_at"]
     worker.start(c)  # a retry after a lost answer
-    assert (command_row(su, c.id)["status"], command_row(su, c.id)["started_at"]) == ("running", started_at)
+    row = command_row(su, c.id)
+    assert (row["status"], row["started_at"]) == ("running", started_at)
     with raises_sqlstate("55000", "lease lost"):
         call(worker.conn, "SELECT shell.mark_started(%s, %s, %s, %s, %s)",
              (c.id, worker.id, c.attempt, "another-container", "sha256:test"))

@@ -46,7 +46,8 @@ def schema_dump(dsn: str) -> str:
     out = subprocess.run([pg_dump, "--schema-only", "--no-owner", f"--dbname={dsn}"],
                          check=True, capture_output=True, text=True).stdout
     lines = [line for line in out.splitlines()
-             if line and not line.startswith("--") and not line.startswith(("\\restrict", "\\unrestrict"))]
+             if line and not line.startswith("--")
+             and not line.startswith(("\\restrict", "\\unrestrict"))]
     return "\n".join(lines)
 
 
@@ -61,7 +62,8 @@ def migrate_in_new_connection(dsn: str, **kwargs) -> list[str]:
 def recorded(dsn: str) -> dict[str, str]:
     conn = connect(dsn)
     try:
-        return {r["name"]: r["checksum"] for r in query(conn, "SELECT name, checksum FROM shell.migrations")}
+        return {r["name"]: r["checksum"]
+                for r in query(conn, "SELECT name, checksum FROM shell.migrations")}
     finally:
         conn.close()
 
@@ -108,7 +110,8 @@ def test_status_lists_what_is_applied_and_what_is_pending(empty_db):
         assert states() == [(n, "pending", False) for n in NAMES] + [("grants", "pending", False)]
         migrations.migrate(conn, to=2)
         assert states() == ([(n, "applied", True) for n in NAMES[:2]]
-                            + [(n, "pending", False) for n in NAMES[2:]] + [("grants", "pending", False)])
+                            + [(n, "pending", False) for n in NAMES[2:]]
+                            + [("grants", "pending", False)])
         migrations.migrate(conn)
         assert states() == [(n, "applied", True) for n in NAMES] + [("grants", "applied", True)]
     finally:
@@ -144,7 +147,8 @@ def test_an_applied_migration_that_was_edited_stops_migrate(empty_db):
         assert set(recorded(dsn)) == set(NAMES[:3])
         other = connect(dsn)
         try:
-            assert query(other, "SELECT pg_try_advisory_lock(%s) AS got", (migrations._LOCK_KEY,))[0]["got"]
+            assert query(other, "SELECT pg_try_advisory_lock(%s) AS got",
+                         (migrations._LOCK_KEY,))[0]["got"]
         finally:
             other.close()
     finally:
@@ -156,7 +160,8 @@ def test_a_database_with_an_unknown_migration_stops_migrate(empty_db):
     migrate_in_new_connection(dsn)
     conn = connect(dsn)
     try:
-        query(conn, "INSERT INTO shell.migrations (name, checksum) VALUES ('9999_from_the_future', 'x')")
+        query(conn,
+              "INSERT INTO shell.migrations (name, checksum) VALUES ('9999_from_the_future', 'x')")
         with pytest.raises(MigrationError, match="9999_from_the_future"):
             migrations.migrate(conn)
     finally:

@@ -57,7 +57,8 @@ def test_latest_output_returns_the_whole_row_of_a_finished_command(alice):
     cid = submit(conn, sid, "echo hi; false")
     run(db, cid, "hi\n", exit_code=1, cwd="/tmp", env={})
     rows = call(conn, "SELECT * FROM shell_api.latest_output(%s)", (sid,))
-    times = superuser_rows(db, "SELECT submitted_at, started_at, completed_at FROM shell.commands")[0]
+    times = superuser_rows(db,
+                           "SELECT submitted_at, started_at, completed_at FROM shell.commands")[0]
     assert rows == [{"id": cid, "command": "echo hi; false", "output": "hi\n", "exit_code": 1,
                      "status": "done", **times}]
     assert times["submitted_at"] <= times["started_at"] <= times["completed_at"]
@@ -89,7 +90,8 @@ def test_append_output_is_idempotent_per_seq(alice):
     append(db, cid, attempt, 0, "once\n")
     append(db, cid, attempt, 0, "once\n")
     append(db, cid, attempt, 0, "a different retry\n")
-    assert call(conn, "SELECT output FROM shell_api.latest_output(%s)", (sid,)) == [{"output": "once\n"}]
+    assert call(conn, "SELECT output FROM shell_api.latest_output(%s)",
+                (sid,)) == [{"output": "once\n"}]
     assert superuser_rows(db, "SELECT command_id, seq, data FROM shell.output_chunks") == [
         {"command_id": cid, "seq": 0, "data": "once\n"}]
     assert superuser_rows(db, "SELECT output_bytes FROM shell.commands") == [{"output_bytes": 5}]
@@ -101,7 +103,8 @@ def test_every_transition_is_returned_by_the_next_poll(alice):
     db, conn, sid = alice
     other = submit(conn, sid, "echo earlier")
     run(db, other, "earlier\n", cwd="/", env={})
-    cursor = max(r["change_seq"] for r in call(conn, "SELECT * FROM shell_api.session_changes(%s)", (sid,)))
+    cursor = max(r["change_seq"]
+                 for r in call(conn, "SELECT * FROM shell_api.session_changes(%s)", (sid,)))
     poll = "SELECT id, status, output, exit_code, change_seq FROM shell_api.session_changes(%s, %s)"
 
     def next_poll(expected: dict) -> None:
@@ -129,8 +132,9 @@ def test_session_changes_returns_the_whole_row(alice):
     cid = submit(conn, sid, "echo hi")
     run(db, cid, "hi\n", exit_code=3, cwd="/", env={})
     rows = call(conn, "SELECT * FROM shell_api.session_changes(%s)", (sid,))
-    expected = superuser_rows(db, "SELECT id, command, output, exit_code, status, reason, submitted_at, "
-                                  "started_at, completed_at, duration_ms, change_seq FROM shell.commands")
+    expected = superuser_rows(db, "SELECT id, command, output, exit_code, status, reason, "
+                                  "submitted_at, started_at, completed_at, duration_ms, "
+                                  "change_seq FROM shell.commands")
     assert rows == expected
     assert (rows[0]["output"], rows[0]["exit_code"], rows[0]["status"], rows[0]["duration_ms"]) == (
         "hi\n", 3, "done", 12)
@@ -141,15 +145,17 @@ def test_session_changes_never_misses_a_change_committed_after_the_poll_started(
     cid = submit(conn, sid, "tail -f log")
     attempt = claim(db, cid)
     start(db, cid, attempt)
-    cursor = max(r["change_seq"] for r in call(conn, "SELECT change_seq FROM shell_api.session_changes(%s)",
-                                               (sid,)))
+    cursor = max(r["change_seq"]
+                 for r in call(conn, "SELECT change_seq FROM shell_api.session_changes(%s)",
+                               (sid,)))
     ex = executor(db)
     ex.autocommit = False
     call(ex, "SELECT shell.append_output(%s, %s, %s, 0, 'late\n')", (cid, WORKER, attempt))
     # The change is made but not committed: the poll cannot see it yet.
     assert call(conn, "SELECT id FROM shell_api.session_changes(%s, %s)", (sid, cursor)) == []
     ex.commit()
-    rows = call(conn, "SELECT id, output, change_seq FROM shell_api.session_changes(%s, %s)", (sid, cursor))
+    rows = call(conn, "SELECT id, output, change_seq FROM shell_api.session_changes(%s, %s)",
+                (sid, cursor))
     assert [(r["id"], r["output"]) for r in rows] == [(cid, "late\n")]
     assert rows[0]["change_seq"] > cursor
 
@@ -171,12 +177,12 @@ def test_html_escapes_commands_and_output(alice):
     run(db, cid, "<script>x</script> & y\n", cwd="/", env={})
     change = superuser_rows(db, "SELECT change_seq FROM shell.commands")[0]["change_seq"]
     expected = (
-        f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="done" data-change="{change}">'
-        '<div class="line"><span class="prompt">/home/sandbox $</span> <span class="text">'
-        'echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; &amp;&amp; a&amp;b &quot;q&quot;</span>'
-        f'<button type="button" class="fork" data-fork="{cid}">fork from here</button></div>'
-        '<pre class="out">&lt;script&gt;x&lt;/script&gt; &amp; y\n</pre>'
-        '<div class="meta">done · exit 0 · 12 ms</div></article>')
+        f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="done" '
+        f'data-change="{change}"><div class="line"><span class="prompt">/home/sandbox $</span> '
+        '<span class="text">echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; &amp;&amp; '
+        f'a&amp;b &quot;q&quot;</span><button type="button" class="fork" data-fork="{cid}">fork '
+        'from here</button></div><pre class="out">&lt;script&gt;x&lt;/script&gt; &amp; y\n'
+        '</pre><div class="meta">done · exit 0 · 12 ms</div></article>')
     assert one(conn, "SELECT shell_api.latest_output_html(%s)", (sid,)) == expected
     assert one(conn, "SELECT shell_api.session_changes_html(%s)", (sid,)) == expected
 
@@ -192,10 +198,11 @@ def test_submit_command_html_returns_the_pending_fragment(alice):
     html = one(conn, "SELECT shell_api.submit_command_html(%s, %s)", (sid, "cat <a & b>"))
     cid, change = superuser_rows(db, "SELECT id, change_seq FROM shell.commands")[0].values()
     assert html == (
-        f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="pending" data-change="{change}">'
-        '<div class="line"><span class="prompt"> $</span> <span class="text">cat &lt;a &amp; b&gt;</span>'
-        f'<button type="button" class="cancel" data-cancel="{cid}">cancel</button></div>'
-        '<pre class="out"></pre><div class="meta">pending</div></article>')
+        f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="pending" '
+        f'data-change="{change}"><div class="line"><span class="prompt"> $</span> <span '
+        'class="text">cat &lt;a &amp; b&gt;</span><button type="button" class="cancel" '
+        f'data-cancel="{cid}">cancel</button></div><pre class="out"></pre><div '
+        'class="meta">pending</div></article>')
 
 
 # --- notifications -----------------------------------------------------------
@@ -233,9 +240,11 @@ def test_cancelling_a_pending_command_cancels_it_and_it_is_never_claimed(alice):
     db, conn, sid = alice
     cid = submit(conn, sid, "sleep 9")
     assert one(conn, "SELECT shell_api.cancel_command(%s)", (cid,)) is True
-    assert call(conn, "SELECT status, output, exit_code FROM shell_api.latest_output(%s)", (sid,)) == [
+    assert call(conn, "SELECT status, output, exit_code FROM shell_api.latest_output(%s)",
+                (sid,)) == [
         {"status": "cancelled", "output": "", "exit_code": None}]
-    row = superuser_rows(db, "SELECT reason, completed_at IS NOT NULL AS completed FROM shell.commands")
+    row = superuser_rows(db,
+                         "SELECT reason, completed_at IS NOT NULL AS completed FROM shell.commands")
     assert row == [{"reason": "cancelled", "completed": True}]
     assert call(executor(db), "SELECT * FROM shell.claim_commands('w', 10, 30)") == []
     assert superuser_rows(db, "SELECT pending, active_command_id FROM shell.lanes") == [
@@ -264,7 +273,8 @@ def test_cancelling_a_running_command_flags_it_and_notifies_the_executor(alice):
     assert notifications(listen, 1) == [("shell_cancel", str(cid))]
     assert call(executor(db), heartbeat, (WORKER, [cid], [attempt])) == [
         {"command_id": cid, "cancel_requested": True}]
-    assert call(conn, "SELECT status FROM shell_api.latest_output(%s)", (sid,)) == [{"status": "running"}]
+    assert call(conn, "SELECT status FROM shell_api.latest_output(%s)",
+                (sid,)) == [{"status": "running"}]
     # The executor kills it and reports the end.
     complete(db, cid, attempt, status="cancelled", exit_code=137, cwd="/", env={})
     assert call(conn, "SELECT status, exit_code FROM shell_api.latest_output(%s)", (sid,)) == [
@@ -302,9 +312,11 @@ def test_fork_starts_a_new_session_from_the_state_after_the_command(alice):
     assert set(listed) == {sid, fork}
     assert (listed[fork]["name"], listed[fork]["cwd"], listed[fork]["forked_from_command_id"]) == (
         f"fork of command {first}", "/srv", first)
-    owner, env = superuser_rows(db, "SELECT user_id::text, env FROM shell.sessions WHERE id = %s", (fork,))[0].values()
-    assert (owner, env) == (superuser_rows(db, "SELECT user_id::text FROM shell.sessions WHERE id = %s",
-                                           (sid,))[0]["user_id"], {"A": "1"})
+    owner, env = superuser_rows(db, "SELECT user_id::text, env FROM shell.sessions WHERE id = %s",
+                                (fork,))[0].values()
+    source_owner = superuser_rows(db, "SELECT user_id::text FROM shell.sessions WHERE id = %s",
+                                  (sid,))[0]["user_id"]
+    assert (owner, env) == (source_owner, {"A": "1"})
     # The fork's first command starts from that state.
     cid = submit(conn, fork, "pwd")
     rows = call(executor(db), "SELECT command_id, cwd, env FROM shell.claim_commands('w', 10, 30)")
@@ -358,7 +370,8 @@ def test_replay_requeues_the_originals_from_the_start_command(history):
     ]
     listed = {r["id"]: r for r in call(conn, "SELECT * FROM shell_api.list_sessions()")}
     assert set(listed) == {sid, run_id}
-    assert (listed[run_id]["name"], listed[run_id]["replay_of_session_id"]) == (f"replay of main from {c2}", sid)
+    assert (listed[run_id]["name"], listed[run_id]["replay_of_session_id"]) == (
+        f"replay of main from {c2}", sid)
     # It starts from the state the start command started from.
     assert superuser_rows(db, "SELECT cwd, env FROM shell.sessions WHERE id = %s", (run_id,)) == [
         {"cwd": "/a", "env": {"STEP": "1"}}]
@@ -372,7 +385,8 @@ def test_replaying_twice_copies_only_the_originals(history):
     second = one(conn, "SELECT shell_api.replay_session(%s, %s)", (sid, c1))
     assert first != second
     for run_id in (first, second):
-        assert [(r["command"], r["replay_of_command_id"], r["replay_run_id"]) for r in replayed(db, run_id)] == [
+        rows = replayed(db, run_id)
+        assert [(r["command"], r["replay_of_command_id"], r["replay_run_id"]) for r in rows] == [
             ("cd /a", c1, run_id), ("cd /b", c2, run_id), ("ls", c3, run_id)]
     assert superuser_rows(db, "SELECT cwd, env FROM shell.sessions WHERE id = %s", (second,)) == [
         {"cwd": "/home/sandbox", "env": {}}]
@@ -395,15 +409,18 @@ def test_replaying_from_a_copy_or_another_sessions_command_is_refused(history):
 def test_a_replay_runs_each_command_in_the_state_left_by_the_one_before(history):
     db, conn, sid, (c1, c2, c3) = history
     run_id = one(conn, "SELECT shell_api.replay_session(%s, %s)", (sid, c1))
-    copies = superuser_rows(db, "SELECT id FROM shell.commands WHERE session_id = %s ORDER BY id", (run_id,))
+    copies = superuser_rows(db, "SELECT id FROM shell.commands WHERE session_id = %s ORDER BY id",
+                            (run_id,))
     seen = []
-    for copy, (cwd, env) in zip([r["id"] for r in copies], [("/a", {"STEP": "1"}), ("/b", {"STEP": "2"}),
-                                                              ("/b", {"STEP": "2"})]):
-        rows = call(executor(db), "SELECT command_id, cwd, env, attempt FROM shell.claim_commands('w', 10, 30) "
-                                  "WHERE session_id = %s", (run_id,))
+    states = [("/a", {"STEP": "1"}), ("/b", {"STEP": "2"}), ("/b", {"STEP": "2"})]
+    for copy, (cwd, env) in zip([r["id"] for r in copies], states):
+        rows = call(executor(db), "SELECT command_id, cwd, env, attempt"
+                                  " FROM shell.claim_commands('w', 10, 30) WHERE session_id = %s",
+                    (run_id,))
         assert [r["command_id"] for r in rows] == [copy]
         seen.append((rows[0]["cwd"], rows[0]["env"]))
-        call(executor(db), "SELECT shell.complete_command(%s, 'w', %s, 'done', 0, NULL, false, %s, %s, 1)",
+        call(executor(db),
+             "SELECT shell.complete_command(%s, 'w', %s, 'done', 0, NULL, false, %s, %s, 1)",
              (copy, rows[0]["attempt"], cwd, json.dumps(env)))
     assert seen == [("/home/sandbox", {}), ("/a", {"STEP": "1"}), ("/b", {"STEP": "2"})]
 

@@ -26,8 +26,8 @@ PASSWORD = "correct horse"
 
 TENANT_FUNCTIONS = (
     "create_session", "list_sessions", "submit_command", "latest_output", "latest_output_html",
-    "session_changes", "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
-    "fork_session", "replay_session", "replay_comparison", "output_timeline",
+    "session_changes", "session_changes_html", "session_cursor", "submit_command_html",
+    "cancel_command", "fork_session", "replay_session", "replay_comparison", "output_timeline",
     "session_files", "read_file", "command_changes", "upload_file",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
@@ -37,7 +37,8 @@ EXECUTOR_CALLS = {
     "heartbeat": "SELECT * FROM shell.heartbeat('w', ARRAY[1]::bigint[], ARRAY[1], 30)",
     "mark_started": "SELECT shell.mark_started(1, 'w', 1, 'c', 'd')",
     "append_output": "SELECT shell.append_output(1, 'w', 1, 0, 'x')",
-    "complete_command": "SELECT shell.complete_command(1, 'w', 1, 'done', 0, NULL, false, '/', '{}', 1)",
+    "complete_command": "SELECT shell.complete_command(1, 'w', 1, 'done', 0, NULL, "
+                        "false, '/', '{}', 1)",
     "expire_leases": "SELECT * FROM shell.expire_leases()",
     "settle_worker": "SELECT * FROM shell.settle_worker('w', '{}')",
     "live_commands": "SELECT * FROM shell.live_commands(ARRAY[1]::bigint[])",
@@ -101,7 +102,8 @@ def world(db) -> World:
     return World(alice, bob, session, done, pending, bob_session, bob_command)
 
 
-def api_call(name: str, session: str, command: int, start_id: int | None = None) -> tuple[str, tuple]:
+def api_call(name: str, session: str, command: int,
+             start_id: int | None = None) -> tuple[str, tuple]:
     """The SQL of one shell_api call about this session / command."""
     return {
         "login": ("SELECT shell_api.login('alice', %s)", (PASSWORD,)),
@@ -113,7 +115,8 @@ def api_call(name: str, session: str, command: int, start_id: int | None = None)
         "session_changes": ("SELECT * FROM shell_api.session_changes(%s)", (session,)),
         "session_changes_html": ("SELECT shell_api.session_changes_html(%s)", (session,)),
         "session_cursor": ("SELECT shell_api.session_cursor(%s)", (session,)),
-        "submit_command_html": ("SELECT shell_api.submit_command_html(%s, 'echo more')", (session,)),
+        "submit_command_html": ("SELECT shell_api.submit_command_html(%s, 'echo more')",
+                                (session,)),
         "cancel_command": ("SELECT shell_api.cancel_command(%s)", (command,)),
         "fork_session": ("SELECT shell_api.fork_session(%s)", (command,)),
         "replay_session": ("SELECT shell_api.replay_session(%s, %s)",
@@ -181,7 +184,8 @@ def test_a_login_token_gives_its_claims_the_tenant_identity(db, world):
     secret = superuser_rows(db, "SELECT shell.jwt_secret() AS s")[0]["s"]
     claims = jwt.decode(token, secret, algorithms=["HS256"])
     conn = connect_as(db, "shell_user", claims)
-    assert [r["id"] for r in call(conn, "SELECT id FROM shell_api.list_sessions()")] == [world.session]
+    listed = call(conn, "SELECT id FROM shell_api.list_sessions()")
+    assert [r["id"] for r in listed] == [world.session]
 
 
 def test_login_with_a_wrong_password_or_unknown_user_fails_identically(db, world):
@@ -205,10 +209,10 @@ def test_login_is_for_anonymous_callers_only(db, world):
 
 def test_owner_create_session_makes_a_session_with_a_lane(db, world):
     sid = one(tenant(db, world.alice), "SELECT shell_api.create_session('new')")
-    rows = superuser_rows(db, "SELECT s.user_id::text, s.name, s.cwd, s.env, s.forked_from_command_id, "
-                              "s.replay_of_session_id, l.user_id::text AS lane_user, l.pending "
-                              "FROM shell.sessions s JOIN shell.lanes l ON l.session_id = s.id "
-                              "WHERE s.id = %s", (sid,))
+    rows = superuser_rows(db, "SELECT s.user_id::text, s.name, s.cwd, s.env, "
+                              "s.forked_from_command_id, s.replay_of_session_id, l.user_id::text "
+                              "AS lane_user, l.pending FROM shell.sessions s JOIN shell.lanes l ON "
+                              "l.session_id = s.id WHERE s.id = %s", (sid,))
     assert rows == [{"user_id": world.alice, "name": "new", "cwd": "/home/sandbox", "env": {},
                      "forked_from_command_id": None, "replay_of_session_id": None,
                      "lane_user": world.alice, "pending": 0}]
@@ -223,11 +227,13 @@ def test_owner_list_sessions_lists_only_their_own(db, world):
 
 
 def test_owner_submit_command_queues_it(db, world):
-    cid = one(tenant(db, world.alice), "SELECT shell_api.submit_command(%s, 'echo more')", (world.session,))
+    cid = one(tenant(db, world.alice), "SELECT shell_api.submit_command(%s, 'echo more')",
+              (world.session,))
     assert cid > world.pending
     assert superuser_rows(db, "SELECT session_id::text, user_id::text, command, status "
                               "FROM shell.commands WHERE id = %s", (cid,)) == [
-        {"session_id": world.session, "user_id": world.alice, "command": "echo more", "status": "pending"}]
+        {"session_id": world.session, "user_id": world.alice, "command": "echo more",
+         "status": "pending"}]
 
 
 def test_owner_latest_output_and_session_changes_show_their_commands(db, world):
@@ -235,16 +241,20 @@ def test_owner_latest_output_and_session_changes_show_their_commands(db, world):
     rows = call(a, "SELECT id, command, output, exit_code, status FROM shell_api.latest_output(%s)",
                 (world.session,))
     assert rows == [
-        {"id": world.done, "command": "echo hi", "output": "hi\n", "exit_code": 0, "status": "done"},
-        {"id": world.pending, "command": "sleep 1", "output": "", "exit_code": None, "status": "pending"},
+        {"id": world.done, "command": "echo hi", "output": "hi\n", "exit_code": 0,
+         "status": "done"},
+        {"id": world.pending, "command": "sleep 1", "output": "", "exit_code": None,
+         "status": "pending"},
     ]
     changes = call(a, "SELECT id, status FROM shell_api.session_changes(%s)", (world.session,))
-    assert changes == [{"id": world.done, "status": "done"}, {"id": world.pending, "status": "pending"}]
+    assert changes == [{"id": world.done, "status": "done"},
+                       {"id": world.pending, "status": "pending"}]
     for fn in ("latest_output_html", "session_changes_html"):
         html = one(a, f"SELECT shell_api.{fn}(%s)", (world.session,))
         assert html.count('<article class="cmd"') == 2, fn
         assert f'id="cmd-{world.done}" data-id="{world.done}" data-status="done"' in html, fn
-        assert f'id="cmd-{world.pending}" data-id="{world.pending}" data-status="pending"' in html, fn
+        pending = world.pending
+        assert f'id="cmd-{pending}" data-id="{pending}" data-status="pending"' in html, fn
         assert '<pre class="out">hi\n</pre>' in html, fn
 
 
@@ -271,15 +281,16 @@ def test_owner_cancel_fork_and_replay_work(db, world):
         {"id": replay, "user_id": world.alice, "cwd": "/home/sandbox", "env": {}},
         {"id": fork, "user_id": world.alice, "cwd": "/home/sandbox/x", "env": {"A": "1"}},
     ]
-    assert superuser_rows(db, "SELECT id, status FROM shell.commands WHERE id = %s", (world.pending,)) == [
+    assert superuser_rows(db, "SELECT id, status FROM shell.commands WHERE id = %s",
+                          (world.pending,)) == [
         {"id": world.pending, "status": "cancelled"}]
 
 
 # --- another tenant ----------------------------------------------------------
 
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
-                "session_changes_html", "session_cursor", "submit_command_html", "cancel_command", "fork_session", "replay_session",
-                "replay_comparison", "output_timeline")
+                "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
+                "fork_session", "replay_session", "replay_comparison", "output_timeline")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
@@ -292,7 +303,8 @@ def test_another_tenants_ids_look_exactly_like_nonexistent_ones(db, world, name)
     # A nonexistent session (replay: and command) must give the same answer.
     missing = error_of(mallory, *api_call(name, str(uuid.uuid4()), missing_command))
     assert row_counts(db) == before
-    expected = "command not found" if name in ("cancel_command", "fork_session", "output_timeline") else "session not found"
+    by_command = ("cancel_command", "fork_session", "output_timeline")
+    expected = "command not found" if name in by_command else "session not found"
     for exc in (foreign, missing):
         assert exc.pgcode == "22023"
         assert exc.diag.message_primary == expected
@@ -303,8 +315,10 @@ def test_another_tenants_ids_look_exactly_like_nonexistent_ones(db, world, name)
 def test_replaying_from_another_tenants_command_looks_like_a_nonexistent_command(db, world):
     mallory = tenant(db, world.bob)
     before = row_counts(db)
-    foreign = error_of(mallory, "SELECT shell_api.replay_session(%s, %s)", (world.bob_session, world.done))
-    missing = error_of(mallory, "SELECT shell_api.replay_session(%s, %s)", (world.bob_session, 10**9))
+    foreign = error_of(mallory, "SELECT shell_api.replay_session(%s, %s)",
+                       (world.bob_session, world.done))
+    missing = error_of(mallory, "SELECT shell_api.replay_session(%s, %s)",
+                       (world.bob_session, 10**9))
     assert row_counts(db) == before
     assert (foreign.pgcode, foreign.diag.message_primary) == (
         "22023", f"command {world.done} is not an original command of this session")
@@ -321,7 +335,8 @@ def test_another_tenant_cannot_cancel_a_running_command(db, world):
     assert cid in [r["command_id"] for r in rows]
     code, message = sqlstate(tenant(db, world.bob), "SELECT shell_api.cancel_command(%s)", (cid,))
     assert (code, message) == ("22023", "command not found")
-    assert superuser_rows(db, "SELECT status, cancel_requested_at FROM shell.commands WHERE id = %s", (cid,)) == [
+    assert superuser_rows(db, "SELECT status, cancel_requested_at FROM shell.commands"
+                              " WHERE id = %s", (cid,)) == [
         {"status": "claimed", "cancel_requested_at": None}]
 
 
@@ -379,7 +394,8 @@ def test_a_missing_or_foreign_identity_reads_no_rows(db, world):
     for identity, claims in bad_identities(world.alice).items():
         conn = as_identity(db, claims)
         for table in ("sessions", "commands", "output_chunks"):
-            assert sqlstate(conn, f"SELECT * FROM shell.{table}") == ("42501", "not signed in"), identity
+            refused = sqlstate(conn, f"SELECT * FROM shell.{table}")
+            assert refused == ("42501", "not signed in"), identity
         conn.close()
 
 
@@ -388,7 +404,8 @@ def test_a_missing_or_foreign_identity_reads_no_rows(db, world):
 def test_a_tenant_selects_only_their_own_rows(db, world):
     a = tenant(db, world.alice)
     assert [r["id"] for r in call(a, "SELECT id::text FROM shell.sessions")] == [world.session]
-    assert [r["id"] for r in call(a, "SELECT id FROM shell.commands ORDER BY id")] == [world.done, world.pending]
+    own = call(a, "SELECT id FROM shell.commands ORDER BY id")
+    assert [r["id"] for r in own] == [world.done, world.pending]
     assert call(a, "SELECT command_id, seq, data FROM shell.output_chunks") == [
         {"command_id": world.done, "seq": 0, "data": "hi\n"}]
     b = tenant(db, world.bob)
@@ -403,7 +420,8 @@ WRITES = {
         "DELETE FROM shell.sessions",
     ],
     "commands": [
-        "INSERT INTO shell.commands (session_id, user_id, command) VALUES (%(session)s, %(me)s, 'x')",
+        "INSERT INTO shell.commands (session_id, user_id, command) VALUES "
+        "(%(session)s, %(me)s, 'x')",
         "UPDATE shell.commands SET status = 'done', completed_at = now()",
         "DELETE FROM shell.commands",
     ],
@@ -419,19 +437,22 @@ WRITES = {
 def test_a_tenant_cannot_write_tables_directly(db, world, statement):
     a = tenant(db, world.alice)
     before = row_counts(db)
-    code, message = sqlstate(a, statement, {"me": world.alice, "session": world.session, "command": world.done})
+    code, message = sqlstate(a, statement,
+                             {"me": world.alice, "session": world.session, "command": world.done})
     assert code == "42501"
     assert message.startswith("permission denied for table")
     assert row_counts(db) == before
 
 
-@pytest.mark.parametrize("table", ["users", "lanes", "config", "migrations", "blobs", "blob_chunks", "trees",
-                                   "tree_entries"])
+@pytest.mark.parametrize("table",
+                         ["users", "lanes", "config", "migrations", "blobs", "blob_chunks", "trees",
+                          "tree_entries"])
 @pytest.mark.parametrize("statement", ["SELECT * FROM shell.{t}", "DELETE FROM shell.{t}",
                                        "UPDATE shell.{t} SET {c} = {c}", "TRUNCATE shell.{t}"])
 def test_a_tenant_cannot_touch_private_tables(db, world, table, statement):
     column = {"users": "username", "lanes": "pending", "config": "value", "migrations": "name",
-              "blobs": "size", "blob_chunks": "data", "trees": "size", "tree_entries": "mode"}[table]
+              "blobs": "size", "blob_chunks": "data", "trees": "size",
+              "tree_entries": "mode"}[table]
     a = tenant(db, world.alice)
     code, message = sqlstate(a, statement.format(t=table, c=column))
     assert (code, message) == ("42501", f"permission denied for table {table}")
@@ -458,11 +479,13 @@ def test_tenants_and_anonymous_cannot_call_private_functions(db, world, role, na
 @pytest.mark.parametrize("name", TENANT_FUNCTIONS)
 def test_the_executor_cannot_call_the_tenant_api(db, world, name):
     sql, params = api_call(name, world.session, world.done)
-    assert sqlstate(executor(db), sql, params) == ("42501", "permission denied for schema shell_api")
+    assert sqlstate(executor(db), sql, params) == ("42501",
+                                                   "permission denied for schema shell_api")
 
 
-@pytest.mark.parametrize("table", ["users", "sessions", "lanes", "commands", "output_chunks", "config",
-                                   "migrations", "images"])
+@pytest.mark.parametrize("table",
+                         ["users", "sessions", "lanes", "commands", "output_chunks", "config",
+                          "migrations", "images"])
 def test_the_executor_cannot_read_tables(db, world, table):
     assert sqlstate(executor(db), f"SELECT * FROM shell.{table}") == (
         "42501", f"permission denied for table {table}")

@@ -18,13 +18,14 @@ from tests.conftest import require
 pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parents[2]
-STALE = ("sql/schema.sql differs from the schema that sql/migrations build. Run ops/schema-snapshot "
-         "and commit sql/schema.sql. (A migration that landed is never edited: a change to the "
-         "schema comes as a new numbered file.)")
+STALE = ("sql/schema.sql differs from the schema that sql/migrations build. Run "
+         "ops/schema-snapshot and commit sql/schema.sql. (A migration that landed is never edited: "
+         "a change to the schema comes as a new numbered file.)")
 
 
 def diff(committed: str, built: str) -> str:
-    lines = difflib.unified_diff(committed.splitlines(keepends=True), built.splitlines(keepends=True),
+    lines = difflib.unified_diff(committed.splitlines(keepends=True),
+                                 built.splitlines(keepends=True),
                                  "sql/schema.sql (committed)", "what the migrations build", n=2)
     text = "".join(lines)
     return text if len(text) < 6000 else text[:6000] + "\n[… diff cut]\n"
@@ -53,7 +54,8 @@ def test_ops_schema_snapshot_writes_what_the_migrations_build(admin_dsn: str, db
     assert not Path(f"{out}.tmp").exists()
     admin = connect(admin_dsn)
     try:
-        left = query(admin, "SELECT datname FROM pg_database WHERE datname LIKE 'pgshell_snapshot_%'")
+        left = query(admin,
+                     "SELECT datname FROM pg_database WHERE datname LIKE 'pgshell_snapshot_%'")
     finally:
         admin.close()
     assert left == [], "ops/schema-snapshot left its scratch database behind"

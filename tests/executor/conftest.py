@@ -38,7 +38,8 @@ class Shell:
         rows = call(self.conn, "SELECT * FROM shell.commands WHERE id = %s", (command_id,))
         return rows[0]
 
-    def wait(self, command_id: int, timeout: float = 60, until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+    def wait(self, command_id: int, timeout: float = 60,
+             until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
         done = until or (lambda row: row["status"] in TERMINAL)
         deadline = time.monotonic() + timeout
         while True:

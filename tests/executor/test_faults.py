@@ -46,8 +46,8 @@ def containers(docker_client: Any, command_id: int, worker_id: str) -> list[Any]
 
 
 def run_cli(env: dict[str, str], timeout: float = HANG) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "executor.cli.main", "executor"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run([sys.executable, "-m", "executor.cli.main", "executor"], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def running_with_output(row: dict[str, Any]) -> bool:
@@ -87,7 +87,8 @@ def environ_blobs(pid: int) -> dict[str, bytes]:
 # -- the executor dies --------------------------------------------------------------
 
 
-def test_kill_9_then_restart_with_the_same_worker_id_settles_at_once(make_daemon, shell, docker_client):
+def test_kill_9_then_restart_with_the_same_worker_id_settles_at_once(make_daemon, shell,
+                                                                     docker_client):
     first = make_daemon().start()
     worker_id = first.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo started; sleep 30")
@@ -111,7 +112,8 @@ def test_kill_9_then_restart_with_the_same_worker_id_settles_at_once(make_daemon
     assert shell.command(cid)["attempts"] == 1
 
 
-def test_kill_9_without_a_stable_worker_id_fails_on_lease_expiry_and_reaps(make_daemon, shell, docker_client):
+def test_kill_9_without_a_stable_worker_id_fails_on_lease_expiry_and_reaps(make_daemon, shell,
+                                                                           docker_client):
     fast = {"PG_SHELL_LEASE_S": "5", "PG_SHELL_REAP_INTERVAL_S": "1"}
     first = make_daemon(**fast).start()
     first_id = first.env["PG_SHELL_WORKER_ID"]
@@ -129,7 +131,8 @@ def test_kill_9_without_a_stable_worker_id_fails_on_lease_expiry_and_reaps(make_
     assert "removed leftover container" in second.log()
 
     row = shell.run("cat runs")
-    assert (row["status"], row["output"], row["worker_id"]) == ("done", "ran\n", second.env["PG_SHELL_WORKER_ID"])
+    assert (row["status"], row["output"], row["worker_id"]) == ("done", "ran\n",
+                                                                second.env["PG_SHELL_WORKER_ID"])
 
 
 # -- shutdown ---------------------------------------------------------------------------
@@ -147,7 +150,8 @@ def test_sigterm_lets_a_short_command_finish_and_claims_nothing_more(make_daemon
     assert daemon.wait(timeout=HANG) == 0
 
     row = alice.command(cid)
-    assert (row["status"], row["exit_code"], row["reason"], row["output"]) == ("done", 0, None, "begin\nend\n")
+    assert (row["status"], row["exit_code"], row["reason"], row["output"]) == ("done", 0, None,
+                                                                               "begin\nend\n")
     assert bob.command(late)["status"] == "pending"
 
 
@@ -214,10 +218,12 @@ def test_a_sessions_env_reaches_only_its_containers(make_daemon, make_shell):
     cid = alice.submit('echo "$SESSION_SECRET"; sleep 3')
     alice.wait(cid, until=running_with_output)
     blobs = environ_blobs(daemon.proc.pid)
-    assert blobs and canary.encode() in blobs[f"/proc/{daemon.proc.pid}/environ"]  # we read the right thing
+    # We read the right thing:
+    assert blobs and canary.encode() in blobs[f"/proc/{daemon.proc.pid}/environ"]
     assert [p for p, blob in blobs.items() if secret.encode() in blob] == []
     assert alice.wait(cid)["output"] == f"{secret}\n"
-    assert [p for p, blob in environ_blobs(daemon.proc.pid).items() if secret.encode() in blob] == []
+    blobs = environ_blobs(daemon.proc.pid)
+    assert [p for p, blob in blobs.items() if secret.encode() in blob] == []
 
     # Another session's container does not see it either ...
     row = bob.run("env")
@@ -282,8 +288,8 @@ class Cluster:
                        capture_output=True, cwd=self.dir)
 
     def init(self) -> None:
-        self.as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
-                         "--no-sync", "-E", "UTF8")
+        self.as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A",
+                         "trust", "--no-sync", "-E", "UTF8")
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
@@ -291,12 +297,14 @@ class Cluster:
                          "-o", options, "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
-        self.as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        self.as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60",
+                         "stop")
 
     def destroy(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "-D", str(self.data),
-                            "-m", "immediate", "-w", "stop"], capture_output=True, timeout=HANG, check=False)
+            subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"),
+                            "-D", str(self.data), "-m", "immediate", "-w", "stop"],
+                           capture_output=True, timeout=HANG, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -322,7 +330,8 @@ def cluster() -> Iterator[Cluster]:
         cluster.destroy()
 
 
-def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, cluster, docker_client):
+def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, cluster,
+                                                                   docker_client):
     user_id = create_user(cluster.dsn, "alice")
     shell = Shell(cluster.dsn, user_id)
     daemon = make_daemon(DATABASE_URL=cluster.dsn).start()
@@ -341,7 +350,8 @@ def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, 
 
     shell.conn = reconnect(cluster.dsn, user_id)
     row = shell.wait(cid, timeout=HANG)
-    assert (row["status"], row["exit_code"], row["reason"], row["output"]) == ("done", 0, None, "a\nb\n")
+    assert (row["status"], row["exit_code"], row["reason"], row["output"]) == ("done", 0, None,
+                                                                               "a\nb\n")
     assert row["attempts"] == 1
     row = shell.run("cat runs", timeout=HANG)
     assert (row["status"], row["output"]) == ("done", "ran\n")
@@ -369,7 +379,8 @@ def local_dockerd() -> int | None:
     if os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock") not in (
             "unix:///var/run/docker.sock", "unix:///run/docker.sock"):
         return None
-    found = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True, check=False).stdout.split()
+    found = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True,
+                           check=False).stdout.split()
     if len(found) != 1:
         return None
     pid = int(found[0])
@@ -380,7 +391,8 @@ def local_dockerd() -> int | None:
 
 
 def engine_answers() -> bool:
-    return subprocess.run(["docker", "info"], capture_output=True, timeout=30, check=False).returncode == 0
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30,
+                          check=False).returncode == 0
 
 
 def restart_dockerd(pid: int) -> None:
@@ -389,7 +401,8 @@ def restart_dockerd(pid: int) -> None:
     leave it running."""
     try:
         os.kill(pid, signal.SIGTERM)
-        wait_for("dockerd exited", lambda: not Path(f"/proc/{pid}").exists(), timeout=HANG, every=0.2)
+        wait_for("dockerd exited", lambda: not Path(f"/proc/{pid}").exists(), timeout=HANG,
+                 every=0.2)
     finally:
         for _ in range(3):
             started = subprocess.run([str(REPO / "ops" / "docker-engine")], timeout=HANG,
@@ -397,12 +410,14 @@ def restart_dockerd(pid: int) -> None:
             if started.returncode == 0 and engine_answers():
                 break
         else:
-            raise AssertionError(f"ops/docker-engine could not restart the engine: {started.stderr[-2000:]}")
+            raise AssertionError("ops/docker-engine could not restart the engine: "
+                                 f"{started.stderr[-2000:]}")
 
 
 def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client):
     pid = local_dockerd()
-    require(pid is not None, "a local root dockerd started as ops/docker-engine does (to restart it)")
+    require(pid is not None,
+            "a local root dockerd started as ops/docker-engine does (to restart it)")
     daemon = make_daemon(PG_SHELL_REAP_INTERVAL_S="1").start()
     worker_id = daemon.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo started; sleep 60")
@@ -411,7 +426,7 @@ def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client)
     restart_dockerd(pid)
     row = shell.wait(cid, timeout=HANG)
     assert row["status"] == "failed", row
-    assert row["reason"] and row["reason"].startswith(("engine error", "executor lost")), row["reason"]
+    assert (row["reason"] or "").startswith(("engine error", "executor lost")), row["reason"]
     assert row["output"].startswith("started\n")
     assert daemon.proc.poll() is None
 

@@ -7,7 +7,8 @@ import time
 
 
 def test_pipes_globs_redirects_and_variables_work(daemon, shell):
-    row = shell.run("echo hello | tr a-z A-Z && touch a1 a2 && echo a* > list && X=42; cat list; echo $X")
+    row = shell.run("echo hello | tr a-z A-Z && touch a1 a2 && echo a* > list && X=42; cat list; "
+                    "echo $X")
     assert (row["status"], row["exit_code"], row["reason"]) == ("done", 0, None)
     assert row["output"] == "HELLO\na1 a2\n42\n"
     assert row["image_digest"].startswith("sha256:")
@@ -66,7 +67,8 @@ def test_output_is_visible_before_the_command_ends(daemon, shell):
 def _chunks(shell, cid):
     from tests.support import call
 
-    return [r["data"] for r in call(shell.conn, "SELECT data FROM shell.output_chunks WHERE command_id = %s ORDER BY seq", (cid,))]
+    return [r["data"] for r in call(shell.conn, "SELECT data FROM shell.output_chunks WHERE "
+                                                "command_id = %s ORDER BY seq", (cid,))]
 
 
 def test_binary_and_invalid_utf8_output_is_replaced_not_fatal(daemon, shell):

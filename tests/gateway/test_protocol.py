@@ -121,15 +121,16 @@ def test_22023_is_400_with_message_and_hint(http, token):
     assert answer.status_code == 400
     assert error(answer) == {"code": "22023", "message": "command is empty", "details": None,
                              "hint": "Type a command to run."}
-    unknown = rpc(http, "submit_command", token, p_session_id="00000000-0000-0000-0000-000000000000",
-                  p_command="echo hi")
+    unknown = rpc(http, "submit_command", token,
+                  p_session_id="00000000-0000-0000-0000-000000000000", p_command="echo hi")
     assert unknown.status_code == 400
     assert error(unknown)["message"] == "session not found"
 
 
 def test_pt413_sets_the_status_413(http, token):
     session = new_session(http, token)
-    answer = rpc(http, "submit_command", token, p_session_id=session, p_command="x" * (1024 * 1024 + 1))
+    answer = rpc(http, "submit_command", token, p_session_id=session,
+                 p_command="x" * (1024 * 1024 + 1))
     assert answer.status_code == 413
     body = error(answer)
     assert body["code"] == "PT413"
@@ -220,27 +221,32 @@ def test_html_functions_answer_raw_html_when_asked_and_a_json_string_otherwise(h
 EVERY_BYTE = bytes(range(256))  # NUL and bytes that are not UTF-8 among them
 
 
-def test_bytea_goes_in_as_postgresql_text_and_comes_out_raw_when_asked_and_as_hex_json_otherwise(http, token):
+def test_bytea_goes_in_as_postgresql_text_and_comes_out_raw_when_asked_and_as_hex_json_otherwise(
+        http, token):
     session = new_session(http, token)
     upload = rpc(http, "upload_file", token, p_session_id=session, p_path="bin/every",
                  p_content="\\x" + EVERY_BYTE.hex())
     assert upload.status_code == 200, upload.text
     assert isinstance(upload.json(), int)
     args = {"p_session_id": session, "p_path": "bin/every"}
-    raw = http.post("/rpc/read_file", json=args, headers={**bearer(token), "Accept": "application/octet-stream"})
+    raw = http.post("/rpc/read_file", json=args,
+                    headers={**bearer(token), "Accept": "application/octet-stream"})
     assert (raw.status_code, raw.headers["content-type"], raw.content) == (
         200, "application/octet-stream", EVERY_BYTE)
     as_json = rpc(http, "read_file", token, **args)
     assert as_json.headers["content-type"].startswith("application/json")
     assert as_json.json() == "\\x" + EVERY_BYTE.hex()
     # read_file is stable: GET with query parameters serves the same bytes.
-    got = http.get("/rpc/read_file", params=args, headers={**bearer(token), "Accept": "application/octet-stream"})
+    got = http.get("/rpc/read_file", params=args,
+                   headers={**bearer(token), "Accept": "application/octet-stream"})
     assert (got.status_code, got.content) == (200, EVERY_BYTE)
     # PostgreSQL's escape format is bytea input too, in a form body as in JSON.
-    form = http.post("/rpc/upload_file", data={"p_session_id": session, "p_path": "escaped", "p_content": "a\\000b"},
+    form = http.post("/rpc/upload_file",
+                     data={"p_session_id": session, "p_path": "escaped", "p_content": "a\\000b"},
                      headers=bearer(token))
     assert form.status_code == 200, form.text
-    assert rpc(http, "read_file", token, p_session_id=session, p_path="escaped").json() == "\\x610062"
+    assert rpc(http, "read_file", token, p_session_id=session,
+               p_path="escaped").json() == "\\x610062"
     listed = rpc(http, "session_files", token, p_session_id=session).json()
     assert [(f["path"], f["kind"], f["size"]) for f in listed] == [
         ("bin", "dir", 256), ("bin/every", "file", 256), ("escaped", "file", 3)]
@@ -251,8 +257,9 @@ def test_raw_bytes_are_negotiated_by_the_accept_header_as_postgrest_does(http, t
     rpc(http, "upload_file", token, p_session_id=session, p_path="f", p_content="\\x00ff")
     served = {}
     for accept in ["application/octet-stream", "application/octet-stream, application/json;q=0.5",
-                   "application/json;q=0.5, application/octet-stream", "application/json, application/octet-stream",
-                   "*/*", "application/octet-stream;q=0, */*", "image/png"]:
+                   "application/json;q=0.5, application/octet-stream",
+                   "application/json, application/octet-stream", "*/*",
+                   "application/octet-stream;q=0, */*", "image/png"]:
         answer = http.post("/rpc/read_file", json={"p_session_id": session, "p_path": "f"},
                            headers={**bearer(token), "Accept": accept})
         assert answer.status_code == 200, answer.text
@@ -272,7 +279,8 @@ def test_raw_bytes_are_negotiated_by_the_accept_header_as_postgrest_does(http, t
                         headers={**bearer(token), "Accept": "application/octet-stream"})
     assert missing.status_code == 400
     assert error(missing)["message"] == "no such file: nope"
-    listed = http.post("/rpc/list_sessions", headers={**bearer(token), "Accept": "application/octet-stream"})
+    listed = http.post("/rpc/list_sessions",
+                       headers={**bearer(token), "Accept": "application/octet-stream"})
     assert listed.headers["content-type"].startswith("application/json")
     assert [s["id"] for s in listed.json()] == [session]
 
@@ -291,11 +299,13 @@ def test_form_encoded_bodies_are_named_arguments(http, alice):
     assert login.status_code == 200
     token = login.json()["token"]
     session = new_session(http, token)
-    submitted = http.post("/rpc/submit_command_html", data={"p_session_id": session, "p_command": "ls -l"},
+    submitted = http.post("/rpc/submit_command_html",
+                          data={"p_session_id": session, "p_command": "ls -l"},
                           headers={**bearer(token), "Accept": "text/html"})
     assert submitted.status_code == 200
     assert 'data-status="pending"' in submitted.text
-    assert [r["command"] for r in rpc(http, "latest_output", token, p_session_id=session).json()] == ["ls -l"]
+    assert [r["command"] for r in rpc(http, "latest_output", token,
+                                      p_session_id=session).json()] == ["ls -l"]
 
 
 # -- JWT attacks: every one is refused before the database --------------------------
@@ -314,11 +324,13 @@ def test_a_forged_signature_is_401(http, token):
     # Someone else's subject under alice's signature.
     other = base64url_encode(json.dumps(
         {**claims_of(token), "sub": "00000000-0000-0000-0000-000000000001"}).encode()).decode()
-    assert http.post("/rpc/list_sessions", headers=bearer(f"{header}.{other}.{signature}")).status_code == 401
+    assert http.post("/rpc/list_sessions",
+                     headers=bearer(f"{header}.{other}.{signature}")).status_code == 401
 
 
 def test_an_expired_token_is_401(http, token, secret):
-    expired = jwt.encode({**claims_of(token), "iat": int(time.time()) - 7200, "exp": int(time.time()) - 3600},
+    expired = jwt.encode({**claims_of(token), "iat": int(time.time()) - 7200,
+                          "exp": int(time.time()) - 3600},
                          secret, algorithm="HS256")
     answer = http.post("/rpc/list_sessions", headers=bearer(expired))
     assert answer.status_code == 401
@@ -334,7 +346,8 @@ def test_alg_none_is_401(http, token):
 
 
 def test_a_token_signed_with_another_secret_is_401(http, token):
-    other = jwt.encode(claims_of(token), "not the database's secret at all, 32+ bytes", algorithm="HS256")
+    other = jwt.encode(claims_of(token), "not the database's secret at all, 32+ bytes",
+                       algorithm="HS256")
     assert http.post("/rpc/list_sessions", headers=bearer(other)).status_code == 401
 
 
@@ -344,7 +357,8 @@ def test_a_token_without_an_expiry_is_401(http, token, secret):
     assert http.post("/rpc/list_sessions", headers=bearer(forever)).status_code == 401
 
 
-@pytest.mark.parametrize("role", ["shell_admin", "postgres", "shell_executor", "shell_authenticator"])
+@pytest.mark.parametrize("role",
+                         ["shell_admin", "postgres", "shell_executor", "shell_authenticator"])
 def test_a_validly_signed_token_naming_a_privileged_role_is_401(http, token, secret, role):
     elevated = jwt.encode({**claims_of(token), "role": role}, secret, algorithm="HS256")
     answer = http.post("/rpc/list_sessions", headers=bearer(elevated))
@@ -355,7 +369,8 @@ def test_a_validly_signed_token_naming_a_privileged_role_is_401(http, token, sec
                      json={"p_username": "alice", "p_password": PASSWORD}).status_code == 401
 
 
-def test_a_token_for_a_user_who_does_not_exist_is_refused_by_the_database_with_403(http, token, secret):
+def test_a_token_for_a_user_who_does_not_exist_is_refused_by_the_database_with_403(http, token,
+                                                                                   secret):
     # The signature is valid, so (as in PostgREST) the role is switched and
     # the database refuses the unknown subject: 42501 with a token is 403.
     ghost = jwt.encode({**claims_of(token), "sub": "00000000-0000-0000-0000-000000000001"}, secret,
@@ -365,8 +380,9 @@ def test_a_token_for_a_user_who_does_not_exist_is_refused_by_the_database_with_4
     assert error(answer)["code"] == "42501"
 
 
-@pytest.mark.parametrize("header", ["Basic YWxpY2U6Y29ycmVjdCBob3JzZQ==", "Bearer", "Bearer not.a.jwt",
-                                    "Bearer \u00e9\u00e9", "token", "Bearer a.b"])
+@pytest.mark.parametrize("header",
+                         ["Basic YWxpY2U6Y29ycmVjdCBob3JzZQ==", "Bearer", "Bearer not.a.jwt",
+                          "Bearer \u00e9\u00e9", "token", "Bearer a.b"])
 def test_garbage_in_the_authorization_header_is_401(http, alice, header):
     answer = http.post("/rpc/login", json={"p_username": "alice", "p_password": PASSWORD},
                        headers={"Authorization": header.encode()})
@@ -383,7 +399,8 @@ def test_the_page_and_the_api_carry_the_csp_and_security_headers(http):
     assert page.headers["content-type"].startswith("text/html")
     api = http.post("/rpc/list_sessions")
     for answer in (page, api):
-        csp = {d.split()[0]: d.split()[1:] for d in answer.headers["content-security-policy"].split("; ")}
+        csp = {d.split()[0]: d.split()[1:]
+               for d in answer.headers["content-security-policy"].split("; ")}
         assert csp["default-src"] == ["'self'"]
         assert csp["script-src"] == ["'self'"]  # no inline scripts, no eval
         assert csp["style-src"] == ["'self'"]
@@ -398,7 +415,8 @@ def test_the_page_and_the_api_carry_the_csp_and_security_headers(http):
 # -- long-polling -------------------------------------------------------------------
 
 
-def test_a_held_session_changes_request_returns_as_soon_as_a_command_is_submitted(http, gateway, token):
+def test_a_held_session_changes_request_returns_as_soon_as_a_command_is_submitted(http, gateway,
+                                                                                  token):
     session = new_session(http, token)
 
     def submit_later() -> None:
@@ -416,7 +434,8 @@ def test_a_held_session_changes_request_returns_as_soon_as_a_command_is_submitte
     assert answer.status_code == 200
     rows = answer.json()
     assert [(r["command"], r["status"]) for r in rows] == [("echo woke", "pending")]
-    assert 0.9 < elapsed < 4.5  # held until the change, released by it (not by the wait running out)
+    # Held until the change, released by it (not by the wait running out).
+    assert 0.9 < elapsed < 4.5
 
 
 def test_a_held_session_changes_request_returns_empty_after_the_wait(http, token):
@@ -426,10 +445,12 @@ def test_a_held_session_changes_request_returns_empty_after_the_wait(http, token
     seen = rpc(http, "session_changes", token, p_session_id=session).json()
     cursor = max(r["change_seq"] for r in seen)
     started = time.monotonic()
-    answer = http.post("/rpc/session_changes", json={"p_session_id": session, "p_after_change": cursor},
+    answer = http.post("/rpc/session_changes",
+                       json={"p_session_id": session, "p_after_change": cursor},
                        headers={**bearer(token), "Prefer": "wait=2"})
     assert answer.status_code == 200
     assert answer.json() == []
     assert time.monotonic() - started >= 1.9
     # Without Prefer the same call answers at once.
-    assert rpc(http, "session_changes", token, p_session_id=session, p_after_change=cursor).json() == []
+    assert rpc(http, "session_changes", token, p_session_id=session,
+               p_after_change=cursor).json() == []

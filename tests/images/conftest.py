@@ -52,7 +52,8 @@ class Variants:
 
     def remove_all(self) -> None:
         for image in self.client.images.list(name=self.repository):
-            for container in self.client.containers.list(all=True, sparse=True, filters={"ancestor": image.id}):
+            for container in self.client.containers.list(all=True, sparse=True,
+                                                         filters={"ancestor": image.id}):
                 try:
                     container.remove(force=True)
                 except docker.errors.NotFound:
@@ -80,7 +81,7 @@ def image_cli(db: str, sandbox_image: str) -> Callable[..., subprocess.Completed
     env.update({"DATABASE_URL": db, "PG_SHELL_IMAGE": sandbox_image})
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "executor.cli.main", "image", *args], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run([sys.executable, "-m", "executor.cli.main", "image", *args], env=env,
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
 
     return run

@@ -42,10 +42,12 @@ def test_a_promotion_reaches_the_running_executor_and_running_commands_finish_on
     daemon.wait_for_log(f"image {new} promoted", timeout=30)
 
     after = new_session.run("echo on the new image")
-    assert (after["status"], after["output"], after["image_digest"]) == ("done", "on the new image\n", new)
+    assert (after["status"], after["output"], after["image_digest"]) == ("done",
+                                                                         "on the new image\n", new)
     assert old_session.command(long_id)["status"] == "running"  # the promotion did not wait for it
     before = old_session.wait(long_id)
-    assert (before["status"], before["output"], before["image_digest"]) == ("done", "finished\n", sandbox_image)
+    assert (before["status"], before["output"], before["image_digest"]) == ("done", "finished\n",
+                                                                            sandbox_image)
     # … and the session that ran on the old image moves on to the new one.
     assert old_session.run("true")["image_digest"] == new
     assert daemon.proc.poll() is None and daemon.log().count(" ready: ") == 1  # never restarted
@@ -55,9 +57,9 @@ def test_promoting_an_image_that_is_not_on_the_engine_is_refused(image_cli, db):
     missing = "sha256:" + "0" * 64
     refused = image_cli("promote", missing)
     assert refused.returncode == 1
-    assert refused.stderr.strip() == (f"pg-shell: image {missing} does not exist on this "
-                                      "Docker engine: not promoted (build or load it on every executor's "
-                                      "engine first)")
+    assert refused.stderr.strip() == (f"pg-shell: image {missing} does not exist on this Docker "
+                                      "engine: not promoted (build or load it on every "
+                                      "executor's engine first)")
     assert current_image(db) == []
     malformed = image_cli("promote", "Not A Reference")
     assert malformed.returncode == 1 and "does not exist on this Docker engine" in malformed.stderr
@@ -72,8 +74,10 @@ def test_an_executor_whose_engine_lacks_the_promoted_image_logs_an_error_and_kee
     admin.close()
     daemon.wait_for_log(f"promoted image {missing} does not exist on this engine", timeout=30)
     row = shell.run("echo still here")
-    assert (row["status"], row["output"], row["image_digest"]) == ("done", "still here\n", sandbox_image)
-    assert daemon.log().count(f"promoted image {missing} does not exist") == 1  # logged once, not every round
+    assert (row["status"], row["output"], row["image_digest"]) == ("done", "still here\n",
+                                                                   sandbox_image)
+    # Logged once, not every round.
+    assert daemon.log().count(f"promoted image {missing} does not exist") == 1
 
 
 def test_list_counts_commands_per_image_and_prune_keeps_what_a_replay_may_need(
@@ -88,7 +92,9 @@ def test_list_counts_commands_per_image_and_prune_keeps_what_a_replay_may_need(
 
     rows = listed(image_cli, variants.repository)
     assert set(rows) == {used, unused, sandbox_image}
-    assert {d: (r["commands"], r["current"], r["on_engine"], r["in_repository"]) for d, r in rows.items()} == {
+    seen = {d: (r["commands"], r["current"], r["on_engine"], r["in_repository"])
+            for d, r in rows.items()}
+    assert seen == {
         used: (2, False, True, True),
         unused: (0, False, True, True),
         sandbox_image: (1, True, True, False),
@@ -104,7 +110,8 @@ def test_list_counts_commands_per_image_and_prune_keeps_what_a_replay_may_need(
         f"kept    {used}: 2 retained commands ran on it (--force removes it)",
         f"removed {unused} ({variants.repository}:unused)",
     ]
-    assert (variants.exists(used), variants.exists(unused), variants.exists(sandbox_image)) == (True, False, True)
+    assert (variants.exists(used), variants.exists(unused), variants.exists(sandbox_image)) == (
+        True, False, True)
 
     variants.wait_unused(used)
     forced = image_cli("prune", "--repository", variants.repository, "--force")

@@ -27,7 +27,8 @@ CONCURRENCY = 3
 def test_two_executors_share_the_work_keep_each_sessions_order_and_run_nothing_twice(
         db, sandbox_image, tmp_path: Path, record_property):
     result = many_hosts.run_load(db, sandbox_image, executors=2, sessions=SESSIONS,
-                                 per_session=PER_SESSION, concurrency=CONCURRENCY, work_dir=tmp_path,
+                                 per_session=PER_SESSION, concurrency=CONCURRENCY,
+                                 work_dir=tmp_path,
                                  scope=f"pgtest-load-{secrets.token_hex(4)}", timeout_s=800)
     for line in result.figures(concurrency_each=CONCURRENCY):
         print(json.dumps(line))

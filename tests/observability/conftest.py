@@ -52,14 +52,15 @@ class Cli:
         self.env.pop("DATABASE_URL", None)
         if database_url:
             self.env["DATABASE_URL"] = database_url
-        self.env.update({"PG_SHELL_URL": url, "XDG_CONFIG_HOME": str(home / "config"), "HOME": str(home)})
+        self.env.update({"PG_SHELL_URL": url, "XDG_CONFIG_HOME": str(home / "config"),
+                         "HOME": str(home)})
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "executor.cli.main", *args]
 
     def __call__(self, *args: str, input: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), input=input, capture_output=True, text=True, check=False,
-                              env=self.env, cwd=REPO, timeout=HANG)
+        return subprocess.run(self.argv(*args), input=input, capture_output=True, text=True,
+                              check=False, env=self.env, cwd=REPO, timeout=HANG)
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -79,7 +80,8 @@ def make_tenant(db: str) -> Callable[[str], Tenant]:
 
 
 @pytest.fixture
-def alice_cli(gateway: Gateway, make_tenant: Callable[[str], Tenant], tmp_path: Path) -> tuple[Cli, Tenant]:
+def alice_cli(gateway: Gateway, make_tenant: Callable[[str], Tenant],
+              tmp_path: Path) -> tuple[Cli, Tenant]:
     """alice, logged in through the CLI, with PG_SHELL_SESSION set to her session."""
     alice = make_tenant("alice")
     cli = Cli(gateway.url, tmp_path)

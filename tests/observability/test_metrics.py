@@ -38,7 +38,8 @@ def test_executor_metrics_count_commands_time_output_and_tenants(db, make_tenant
     ran = [alice.run("echo hello"), alice.run("printf '%s' héllo; exit 3"), bob.run("echo bob")]
     samples = wait_for("the last completion to be counted",
                        lambda: (s := scrape(executor_url(metrics_daemon)))
-                       and value(s, "pg_shell_commands_completed_total", status="done", reason="none") == 3
+                       and value(s, "pg_shell_commands_completed_total", status="done",
+                                 reason="none") == 3
                        and s)
 
     assert value(samples, "pg_shell_tenant_commands_total", user_id=alice.user_id) == 2
@@ -46,7 +47,8 @@ def test_executor_metrics_count_commands_time_output_and_tenants(db, make_tenant
     for who, rows in [(alice, ran[:2]), (bob, ran[2:])]:
         assert value(samples, "pg_shell_tenant_run_seconds_total", user_id=who.user_id) == \
             pytest.approx(sum(r["duration_ms"] for r in rows) / 1000)
-    assert value(samples, "pg_shell_output_bytes_total") == sum(r["output_bytes"] for r in ran) == 6 + 6 + 4
+    output_bytes = value(samples, "pg_shell_output_bytes_total")
+    assert output_bytes == sum(r["output_bytes"] for r in ran) == 6 + 6 + 4
     assert value(samples, "pg_shell_command_run_seconds_count") == 3
     assert value(samples, "pg_shell_command_run_seconds_sum") == \
         pytest.approx(sum(r["duration_ms"] for r in ran) / 1000)
@@ -71,9 +73,11 @@ def test_executor_metrics_count_commands_time_output_and_tenants(db, make_tenant
         alice.wait(command_id)
     samples = wait_for("the cancel to be counted",
                        lambda: (s := scrape(executor_url(metrics_daemon)))
-                       and value(s, "pg_shell_commands_completed_total", status="done", reason="none") == 5
+                       and value(s, "pg_shell_commands_completed_total", status="done",
+                                 reason="none") == 5
                        and value(s, "pg_shell_queue_depth") == 0 and s)
-    assert value(samples, "pg_shell_commands_completed_total", status="cancelled", reason="cancelled") == 1
+    assert value(samples, "pg_shell_commands_completed_total", status="cancelled",
+                 reason="cancelled") == 1
     assert value(samples, "pg_shell_tenant_commands_total", user_id=alice.user_id) == 5
 
 
@@ -81,15 +85,19 @@ def test_gateway_metrics_count_requests_by_function_and_status_and_read_the_queu
         db, gateway, make_tenant):
     alice = make_tenant("alice")
     with httpx.Client(base_url=gateway.url, timeout=30) as http:
-        token = http.post("/rpc/login", json={"p_username": "alice", "p_password": PASSWORD}).json()["token"]
-        assert http.post("/rpc/login", json={"p_username": "alice", "p_password": "wrong horse"}).status_code == 403
+        token = http.post("/rpc/login",
+                          json={"p_username": "alice", "p_password": PASSWORD}).json()["token"]
+        refused = http.post("/rpc/login", json={"p_username": "alice", "p_password": "wrong horse"})
+        assert refused.status_code == 403
         auth = {"Authorization": f"Bearer {token}"}
         for _ in range(3):
-            assert http.post("/rpc/submit_command", headers=auth,
-                             json={"p_session_id": alice.session_id, "p_command": "echo queued"}).status_code == 200
+            queued = {"p_session_id": alice.session_id, "p_command": "echo queued"}
+            submitted = http.post("/rpc/submit_command", headers=auth, json=queued)
+            assert submitted.status_code == 200
         assert http.post("/rpc/no_such_function", headers=auth, json={}).status_code == 404
-        assert http.post("/rpc/latest_output", headers=auth,
-                         json={"p_session_id": "00000000-0000-0000-0000-000000000000"}).status_code == 400
+        unknown = http.post("/rpc/latest_output", headers=auth,
+                            json={"p_session_id": "00000000-0000-0000-0000-000000000000"})
+        assert unknown.status_code == 400
 
     samples = scrape(f"{gateway.url}/metrics")
     requests = "pg_shell_gateway_requests_total"

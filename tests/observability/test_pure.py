@@ -54,12 +54,14 @@ def test_a_replay_matches_only_with_the_same_status_exit_code_and_output():
 
 def test_a_long_diff_is_cut_and_says_how_much_was_left_out():
     lines = short_diff("".join(f"{i}\n" for i in range(100)), "", limit=5)
-    assert len(lines) == 6 and lines[-1].startswith("… (") and lines[-1].endswith("more diff lines)")
+    assert len(lines) == 6
+    assert lines[-1].startswith("… (") and lines[-1].endswith("more diff lines)")
 
 
 def test_reason_labels_stay_bounded():
-    assert [reason_label(r) for r in (None, "timeout", "container failed to start: 404 no such image",
-                                      "engine error: boom")] == \
+    assert [reason_label(r)
+            for r in (None, "timeout", "container failed to start: 404 no such image",
+                      "engine error: boom")] == \
         ["none", "timeout", "container failed to start", "engine error"]
 
 

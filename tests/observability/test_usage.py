@@ -21,7 +21,8 @@ def report(cli: Cli, *args: str) -> dict[str, dict[str, Any]]:
     result = cli("usage", "--csv", *args)
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert result.stdout.splitlines()[0] == "user_id,username,commands,run_ms,output_bytes,from_time,until_time"
+    assert result.stdout.splitlines()[0] == (
+        "user_id,username,commands,run_ms,output_bytes,from_time,until_time")
     return {r["username"]: r for r in rows}
 
 
@@ -65,15 +66,18 @@ def test_usage_reports_per_user_and_each_run_only_what_ended_since_the_last(
     assert report(cli, "--consumer", "fresh", "--since", now) == {}
 
 
-def test_usage_prints_a_table_and_rejects_a_bad_since(db, make_tenant, metrics_daemon, tmp_path: Path):
+def test_usage_prints_a_table_and_rejects_a_bad_since(db, make_tenant, metrics_daemon,
+                                                      tmp_path: Path):
     cli = Cli("http://127.0.0.1:9", tmp_path, database_url=db)
     alice = make_tenant("alice")
     alice.run("echo one")
     table = cli("usage")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["USER", "COMMANDS", "RUN", "TIME", "(s)", "OUTPUT", "BYTES", "USER", "ID"]
+    assert lines[0].split() == ["USER", "COMMANDS", "RUN", "TIME", "(s)", "OUTPUT", "BYTES", "USER",
+                                "ID"]
     assert lines[1].split()[:2] == ["alice", "1"] and lines[1].split()[-1] == alice.user_id
     assert table.stderr.startswith("usage from ")
     bad = cli("usage", "--since", "yesterday")
-    assert bad.returncode == 1 and bad.stderr.startswith("pg-shell: --since 'yesterday'"), bad.stderr
+    assert bad.returncode == 1, bad.stderr
+    assert bad.stderr.startswith("pg-shell: --since 'yesterday'"), bad.stderr

@@ -62,7 +62,8 @@ def test_authenticator_in_a_fresh_database(conf: dict[str, str | int | bool], db
     assert user == "shell_authenticator"
     conn = psycopg2.connect(db)
     try:
-        rows = call(conn, "SELECT rolcanlogin, rolinherit FROM pg_roles WHERE rolname = %s", (user,))
+        rows = call(conn, "SELECT rolcanlogin, rolinherit FROM pg_roles WHERE rolname = %s",
+                    (user,))
         assert rows == [{"rolcanlogin": True, "rolinherit": False}]
         for role in sorted({ANON_ROLE, *TOKEN_ROLES}):
             assert one(conn, "SELECT pg_has_role(%s, %s, 'MEMBER')", (user, role)), role
@@ -84,7 +85,8 @@ def test_the_fill_in_instructions_produce_the_databases_secret(
     target = tmp_path / "jwt-secret"
     env = {**os.environ, "DATABASE_URL": db,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", fill[0].replace(secret_path, str(target))],
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                           fill[0].replace(secret_path, str(target))],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     written = target.read_text()

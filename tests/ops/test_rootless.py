@@ -47,7 +47,8 @@ def subordinate_start(user: str) -> int:
 @pytest.fixture(scope="module")
 def rootless_host(sandbox_image: str) -> Iterator[str]:
     """DOCKER_HOST of the rootless engine; stopped afterwards if we started it."""
-    require(os.geteuid() == 0, "root (ops/rootless-docker creates a user and starts an engine as it)")
+    require(os.geteuid() == 0,
+            "root (ops/rootless-docker creates a user and starts an engine as it)")
     env = {**os.environ, "PG_SHELL_IMAGE": sandbox_image, "PG_SHELL_ROOTLESS_USER": ENGINE_USER}
     env.pop("DOCKER_HOST", None)
     socket = f"/run/{ENGINE_USER}/docker.sock"
@@ -56,12 +57,14 @@ def rootless_host(sandbox_image: str) -> Iterator[str]:
     started = subprocess.run([str(REPO / "ops" / "rootless-docker")], env=env, capture_output=True,
                              text=True, timeout=900)
     if started.returncode != 0:
-        require(False, f"a rootless Docker engine (ops/rootless-docker failed:\n{started.stderr[-3000:]})")
+        require(False,
+                f"a rootless Docker engine (ops/rootless-docker failed:\n{started.stderr[-3000:]})")
     last = started.stdout.strip().splitlines()[-1]
     assert last == f"DOCKER_HOST=unix://{socket}", started.stdout
     yield last.partition("=")[2]
     if not was_running:
-        subprocess.run([str(REPO / "ops" / "rootless-docker"), "stop"], env=env, timeout=120, check=True)
+        subprocess.run([str(REPO / "ops" / "rootless-docker"), "stop"], env=env, timeout=120,
+                       check=True)
 
 
 @pytest.fixture
@@ -97,7 +100,8 @@ def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], ro
 
         # A file written by the command (container uid 1000), seen from the host.
         done = shell.run("id -u; echo hello > note.txt; cat note.txt")
-        assert (done["status"], done["exit_code"]) == ("done", 0), (done["output"], daemon.log()[-3000:])
+        assert (done["status"], done["exit_code"]) == ("done", 0), (done["output"],
+                                                                    daemon.log()[-3000:])
         assert done["output"].split() == ["1000", "hello"]
         data = Path(rootless_client.volumes.get(volume_name).attrs["Mountpoint"])
         base = subordinate_start(ENGINE_USER)
@@ -128,13 +132,14 @@ def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], ro
         assert not any("unconfined" in opt for opt in host_config["SecurityOpt"])
         assert not host_config.get("Binds")
         finished = shell.wait(command_id)
-        assert (finished["status"], finished["exit_code"], finished["output"]) == ("done", 0, "slept\n")
+        assert (finished["status"], finished["exit_code"], finished["output"]) == ("done", 0,
+                                                                                   "slept\n")
 
         cgroup_version = str(rootless_client.info().get("CgroupVersion"))
         if cgroup_version != "2":
-            note_text = (f"rootless engine on cgroup v{cgroup_version}: memory and pids limits are NOT "
-                         "enforced here (a rootless engine needs cgroup v2); they are tested on the "
-                         "rootful engine only")
+            note_text = (f"rootless engine on cgroup v{cgroup_version}: memory and pids limits are "
+                         "NOT enforced here (a rootless engine needs cgroup v2); they are tested "
+                         "on the rootful engine only")
             record_property("limits", note_text)
             warnings.warn(note_text, UserWarning, stacklevel=1)
     finally:

@@ -101,18 +101,20 @@ def host_root(tmp_path: Path) -> Path:
 
 
 def verify(analyze: str, root: Path, unit: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([analyze, "verify", f"--root={root}", unit], capture_output=True, text=True,
-                          timeout=120, cwd=root / "etc/systemd/system")
+    return subprocess.run([analyze, "verify", f"--root={root}", unit], capture_output=True,
+                          text=True, timeout=120, cwd=root / "etc/systemd/system")
 
 
 @pytest.mark.parametrize("unit", UNIT_FILES)
-def test_unit_passes_systemd_analyze_verify(systemd_analyze: str, host_root: Path, unit: str) -> None:
+def test_unit_passes_systemd_analyze_verify(systemd_analyze: str, host_root: Path,
+                                            unit: str) -> None:
     done = verify(systemd_analyze, host_root, unit)
     # Unknown keys and bad values are only warnings: any output is a failure.
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 
-def test_executor_with_the_rootful_loop_dropin_passes_verify(systemd_analyze: str, host_root: Path) -> None:
+def test_executor_with_the_rootful_loop_dropin_passes_verify(systemd_analyze: str,
+                                                             host_root: Path) -> None:
     dropin = host_root / "etc/systemd/system/pg-shell-executor.service.d"
     shutil.copy2(UNITS / "rootful-loop.conf", dropin / "rootful-loop.conf")
     done = verify(systemd_analyze, host_root, "pg-shell-executor.service")
@@ -164,7 +166,8 @@ def test_executor_is_a_notify_service_with_watchdog_and_drain() -> None:
     assert "ReadWritePaths" not in service
     assert service["StateDirectory"] == ["pg-shell"] and service["StateDirectoryMode"] == ["0700"]
     cleanup = parse_unit(UNITS / "pg-shell-cleanup.service")["Service"]
-    assert (cleanup["User"], cleanup["StateDirectory"]) == (service["User"], service["StateDirectory"])
+    assert (cleanup["User"], cleanup["StateDirectory"]) == (service["User"],
+                                                            service["StateDirectory"])
 
 
 def test_gateway_has_no_docker_and_no_executor_credentials() -> None:
@@ -172,7 +175,8 @@ def test_gateway_has_no_docker_and_no_executor_credentials() -> None:
     assert "SupplementaryGroups" not in service
     assert service["DynamicUser"] == ["yes"]
     unset = " ".join(service["UnsetEnvironment"]).split()
-    assert {"DATABASE_URL", "PG_SHELL_DATABASE_URL", "DOCKER_HOST", "PG_SHELL_DOCKER_HOST"} <= set(unset)
+    secrets = {"DATABASE_URL", "PG_SHELL_DATABASE_URL", "DOCKER_HOST", "PG_SHELL_DOCKER_HOST"}
+    assert secrets <= set(unset)
     hidden = " ".join(service["InaccessiblePaths"]).split()
     assert {"-/run/docker.sock", "-/var/run/docker.sock", "-/run/pg-shell-rootless"} <= set(hidden)
 

@@ -17,7 +17,8 @@ def test_root_filesystem_is_read_only(run) -> None:
 
 
 def test_only_loopback_interface_and_no_routes(run) -> None:
-    ran = run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; echo ---; tail -n +2 /proc/net/route | wc -l")
+    ran = run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; echo ---; tail -n +2 "
+              "/proc/net/route | wc -l")
     assert ran.output == "lo\n---\n0\n"
 
 
@@ -33,7 +34,8 @@ def test_host_loopback_is_not_reachable(run) -> None:
 
 
 def test_no_capabilities_no_new_privs_and_seccomp(run) -> None:
-    ran = run("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
+    ran = run("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' "
+              "/proc/self/status")
     fields = dict(line.split(":\t") for line in ran.output.splitlines())
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert fields[cap] == "0000000000000000", cap
@@ -51,7 +53,8 @@ def test_no_docker_socket_anywhere(run) -> None:
         "find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null;"
         " ls -d /var/run/docker.sock /run/docker.sock 2>&1; echo end"
     )
-    sockets = [line for line in ran.output.splitlines() if line.startswith("/") and "docker" in line]
+    sockets = [line for line in ran.output.splitlines() if line.startswith("/")
+               and "docker" in line]
     assert sockets == []
     assert ran.output.count("No such file or directory") == 2
 
@@ -60,7 +63,8 @@ def test_executor_environment_is_not_visible(run, monkeypatch) -> None:
     secret = "s3cr3t-" + os.urandom(8).hex()
     monkeypatch.setenv("PG_SHELL_TEST_SECRET", secret)
     monkeypatch.setenv("DATABASE_URL", f"postgresql://x:{secret}@localhost/db")
-    ran = run("env; cat /proc/1/environ | tr '\\0' '\\n'; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")
+    ran = run("env; cat /proc/1/environ | tr '\\0' '\\n'; cat /proc/*/environ "
+              "2>/dev/null | tr '\\0' '\\n'")
     assert "HOME=/home/sandbox" in ran.output  # the env really was printed
     assert secret not in ran.output
     assert "DATABASE_URL" not in ran.output
@@ -98,8 +102,8 @@ def test_frames_printed_by_the_command_are_only_output(run) -> None:
 
 
 def test_the_supervisor_cannot_be_read_signalled_or_traced(run) -> None:
-    ran = run("cat /proc/1/environ; echo rc=$?; ls /proc/1/fd; echo rc=$?; kill -INT 1; kill -TERM 1;"
-              " kill -KILL 1; echo still here", files=NoFiles())
+    ran = run("cat /proc/1/environ; echo rc=$?; ls /proc/1/fd; echo rc=$?; kill -INT 1; kill -TERM "
+              "1; kill -KILL 1; echo still here", files=NoFiles())
     assert ran.output.count("Permission denied") >= 2
     assert "still here" in ran.output
     assert ran.result.exit_code == 0

@@ -40,7 +40,8 @@ def test_cd_export_unset_persist_to_the_next_command(run) -> None:
     }
     assert first.result.state_note is None
 
-    second = run('pwd; echo "$A|$B|$KEEP|${DROPME-unset}"', cwd=first.result.cwd, env=first.result.env)
+    second = run('pwd; echo "$A|$B|$KEEP|${DROPME-unset}"', cwd=first.result.cwd,
+                 env=first.result.env)
     assert second.output == f"{ROOT}/sub/dir\n1|two words|x|unset\n"
 
 
@@ -63,7 +64,8 @@ def test_redirecting_stdout_away_does_not_lose_state(run) -> None:
 
 @pytest.mark.parametrize(
     ("command", "code"),
-    [("true", 0), ("false", 1), ("exit 42", 42), ("(exit 7)", 7), ("no-such-cmd", 127), ("if then", 2)],
+    [("true", 0), ("false", 1), ("exit 42", 42), ("(exit 7)", 7), ("no-such-cmd", 127),
+     ("if then", 2)],
 )
 def test_exit_status_is_the_commands(run, command: str, code: int) -> None:
     ran = run(command)
@@ -90,4 +92,5 @@ def test_a_one_mib_command_is_delivered_intact(run) -> None:
 def test_reserved_and_executor_variables_are_not_stored(run) -> None:
     ran = run("export HOME=/tmp PG_SHELL_X=1 HOSTNAME=h OK=1")
     assert "OK" in ran.result.env
-    assert not {"HOME", "PG_SHELL_X", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_"} & set(ran.result.env)
+    dropped = {"HOME", "PG_SHELL_X", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_"}
+    assert not dropped & set(ran.result.env)

@@ -54,7 +54,8 @@ def test_a_stale_loop_device_is_never_mounted(run, sandbox, session_id) -> None:
     assert run("echo mine > data").result.exit_code == 0
     image = sandbox.volumes.image_path(session_id)
     old_loop = subprocess.run(
-        ["losetup", "-n", "-O", "NAME", "-j", str(image)], capture_output=True, text=True, check=True
+        ["losetup", "-n", "-O", "NAME", "-j", str(image)], capture_output=True, text=True,
+        check=True
     ).stdout.split()[0]
     subprocess.run(["losetup", "-d", old_loop], check=True)
     with tempfile.NamedTemporaryFile(dir="/var/tmp") as other:

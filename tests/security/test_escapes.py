@@ -27,7 +27,8 @@ MiB = 1024 * 1024
 
 
 def ok(row: dict) -> dict:
-    assert (row["status"], row["exit_code"], row["reason"]) == ("done", 0, None), (row["command"], row["output"][-2000:])
+    assert (row["status"], row["exit_code"], row["reason"]) == ("done", 0, None), (
+        row["command"], row["output"][-2000:])
     return row
 
 
@@ -92,13 +93,14 @@ def test_writes_outside_the_home_are_refused_and_leave_nothing(daemon, shell):
     assert row["status"] == "done"
     assert "WROTE" not in row["output"]
     for t in targets:
-        assert re.search(re.escape(t) + r": (Read-only file system|Permission denied)", row["output"]), (t, row["output"])
+        assert re.search(re.escape(t) + r": (Read-only file system|Permission denied)",
+                         row["output"]), (t, row["output"])
     for what in ("mkdir", "ln", "cp", "chmod", "mv"):
         assert f"{what}-refused" in lines(row)
 
-    after = ok(shell.run("sha256sum /opt/pg-shell/run /etc/passwd;"
-                         " ls -d /pwned /etc/pwned /usr/pwned /usr/bin/pwned /opt/pg-shell/pwned /var/pwned"
-                         " /etc/pwned.d /usr/pwned-link /usr/local/bin/pwned /opt/pg-shell/run.old 2>&1; true"))
+    after = ok(shell.run("sha256sum /opt/pg-shell/run /etc/passwd; ls -d /pwned /etc/pwned "
+                         "/usr/pwned /usr/bin/pwned /opt/pg-shell/pwned /var/pwned /etc/pwned.d "
+                         "/usr/pwned-link /usr/local/bin/pwned /opt/pg-shell/run.old 2>&1; true"))
     assert after["output"].startswith(before)
     assert after["output"].count("No such file or directory") == 10
     # The home stays the one writable place (besides the small /tmp).
@@ -174,8 +176,10 @@ mount -t tmpfs x /mnt 2>&1; echo "mount=$?"
 unshare -r -m true 2>&1; echo "unshare-r-m=$?"
 unshare --user --map-root-user id 2>&1; echo "unshare-user=$?"
 touch f && chown 0:0 f 2>&1; echo "chown=$?"
-echo "setuid-files=$(find / \( -path /proc -o -path /sys \) -prune -o -type f -perm /6000 -print 2>/dev/null | wc -l)"
-cp /usr/bin/id ./myid && chmod u+s,g+s ./myid && echo "copied=$(stat -c %A myid)" && echo "myid=$(./myid -u):$(./myid -g)"
+echo "setuid-files=$(find / \( -path /proc -o -path /sys \) -prune -o -type f -perm /6000 \
+  -print 2>/dev/null | wc -l)"
+cp /usr/bin/id ./myid && chmod u+s,g+s ./myid && echo "copied=$(stat -c %A myid)" \
+  && echo "myid=$(./myid -u):$(./myid -g)"
 grep -E '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ /home/sandbox ' /proc/self/mountinfo | cut -d' ' -f6
 if command -v sudo >/dev/null; then sudo -n true 2>&1; echo "sudo=$?"; else echo "sudo=absent"; fi
 su -c 'id -u' root </dev/null 2>&1; echo "su=$?"
@@ -208,8 +212,8 @@ def test_privilege_and_kernel_interfaces_are_refused(daemon, shell):
     assert row["status"] == "done", row
     out = row["output"]
     values = dict(line.split("=", 1) for line in lines(row) if re.match(r"^[a-z-]+=", line))
-    for name in ("mount", "unshare-r-m", "unshare-user", "chown", "su", "proc-sys", "drop-caches", "sysrq",
-                 "modprobe"):
+    for name in ("mount", "unshare-r-m", "unshare-user", "chown", "su", "proc-sys", "drop-caches",
+                 "sysrq", "modprobe"):
         assert values[name] != "0", (name, out)
     assert "Read-only file system" in out  # /proc/sys and /proc/sysrq-trigger
     assert values["setuid-files"] == "0"
@@ -221,7 +225,8 @@ def test_privilege_and_kernel_interfaces_are_refused(daemon, shell):
     assert len(mount_opts) == 1 and {"nosuid", "nodev"} <= set(mount_opts[0].split(",")), out
     assert values["sudo"] != "0"
     assert values["uid"].startswith("1000 euid=1000 caps=0000000000000000")
-    syscalls = {m[0]: (m[1], m[2]) for m in re.findall(r"^sys (\S+) (-?\d+) (\w+)$", out, re.MULTILINE)}
+    syscalls = {m[0]: (m[1], m[2])
+                for m in re.findall(r"^sys (\S+) (-?\d+) (\w+)$", out, re.MULTILINE)}
     assert len(syscalls) == 14, out
     for name, (result, err) in syscalls.items():
         assert result == "-1" and err in ("EPERM", "EACCES", "ENOSYS"), (name, result, err)
@@ -250,7 +255,9 @@ for other in (2, 99999):
     print("attach-outside", other, r, errno.errorcode.get(ctypes.get_errno(), "OK"))
 ' "$victim"
 kill "$victim"
-for s in /proc/[0-9]*/status; do awk '/^(Uid|CapEff):/ {printf "%s ", $2} END {print ""}' "$s" 2>/dev/null; done | sort -u
+for s in /proc/[0-9]*/status; do
+  awk '/^(Uid|CapEff):/ {printf "%s ", $2} END {print ""}' "$s" 2>/dev/null
+done | sort -u
 echo "pid1=$(tr '\0' ' ' < /proc/1/cmdline)"
 echo "nprocs=$(ls -d /proc/[0-9]* | wc -l)"
 """)
@@ -283,8 +290,8 @@ def test_executor_secrets_are_nowhere_in_the_container(make_daemon, shell):
         "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\"; done 2>/dev/null; echo ---\n"
         "grep -rIls -e \"$a$b\" -e \"$d1$d2\" -e DATABASE_URL -e PG_SHELL_WORKER_ID"
         " /etc /opt /home /tmp /run /var /usr/local /root /srv /mnt /dev/shm; echo \"grep=$?\"\n"
-        "find / \\( -path /proc -o -path /sys \\) -prune -o \\( -type s -o -name '*.sock' -o -name 'docker*' \\)"
-        " -print 2>/dev/null; echo find-done\n"
+        "find / \\( -path /proc -o -path /sys \\) -prune -o \\( -type s -o -name '*.sock' -o -name "
+        "'docker*' \\) -print 2>/dev/null; echo find-done\n"
         "ls /var/run/docker.sock /run/docker.sock 2>&1; true\n"
     )
     ok(row)
@@ -296,7 +303,8 @@ def test_executor_secrets_are_nowhere_in_the_container(make_daemon, shell):
                    daemon.env["PG_SHELL_WORKER_ID"], "PG_SHELL_SCOPE", "DOCKER_HOST"):
         assert leaked not in out, leaked
     # grep ran, listed no file (1: no match, 2: also some directory is absent) ...
-    assert re.match(r"grep=[12]\nfind-done\n", rest), rest  # ... and find saw no socket, nothing docker*
+    # ... and find saw no socket, nothing docker*.
+    assert re.match(r"grep=[12]\nfind-done\n", rest), rest
     assert rest.count("No such file or directory") == 2
 
 
@@ -317,9 +325,10 @@ def test_fork_bomb_ends_and_another_tenant_is_unaffected(make_daemon, make_shell
     ok(calm_row)
     assert calm_row["output"] == "bob-42\n0\ndone\n"
     # The pids limit makes forks fail; the bomb ends when the command does
-    # (the entrypoint, PID 1, kills what is left), or else at the deadline. Its session state is unchanged (the report,
-    # when it got through, adds at most the default PATH and LANG).
-    assert (bomb_row["status"], bomb_row["reason"]) in (("done", None), ("failed", "timeout")), bomb_row
+    # (the entrypoint, PID 1, kills what is left), or else at the deadline. Its session state is
+    # unchanged (the report, when it got through, adds at most the default PATH and LANG).
+    assert (bomb_row["status"], bomb_row["reason"]) in (
+        ("done", None), ("failed", "timeout")), bomb_row
     assert "fork: retry: Resource temporarily unavailable" in bomb_row["output"]
     assert bomb_row["cwd_after"] == bomb_row["cwd_before"] == ROOT
     assert set(bomb_row["env_after"]) <= set(bomb_row["env_before"]) | {"PATH", "LANG"}
@@ -331,7 +340,8 @@ def test_fork_bomb_ends_and_another_tenant_is_unaffected(make_daemon, make_shell
 def test_memory_bomb_is_oom_and_the_session_survives(make_daemon, shell):
     daemon = make_daemon(PG_SHELL_MEMORY_MB="64").start()
     ok(shell.run("mkdir kept && cd kept && export KEPT=1"))
-    row = shell.run("cd /home/sandbox; x=$(head -c 400000000 /dev/zero | tr '\\0' x); echo survived ${#x}")
+    row = shell.run("cd /home/sandbox; x=$(head -c 400000000 /dev/zero | tr '\\0' x); echo "
+                    "survived ${#x}")
     assert (row["status"], row["exit_code"], row["reason"]) == ("failed", 137, "oom"), row
     assert "survived" not in row["output"]
     row = shell.run("python3 -c 'a = [bytearray(2**20) for _ in range(4096)]; print(\"survived\")'")
@@ -357,7 +367,8 @@ def test_disk_fill_stops_at_the_quota(make_daemon, shell):
     assert st.st_size == quota_mb * MiB
     assert st.st_blocks * 512 <= quota_mb * MiB
     # Freeing space works and the session is usable again.
-    assert ok(shell.run("rm big && echo hello > small && cat small && ls -A"))["output"] == "hello\nsmall\n"
+    row = ok(shell.run("rm big && echo hello > small && cat small && ls -A"))
+    assert row["output"] == "hello\nsmall\n"
 
 
 def test_output_flood_is_capped_the_executor_stays_small_and_nothing_piles_up_on_disk(
@@ -368,7 +379,8 @@ def test_output_flood_is_capped_the_executor_stays_small_and_nothing_piles_up_on
     rss_before = rss_kib(daemon.proc.pid)
     marker = truncation_notice(cap)
 
-    row = shell.run("head -c 104857600 /dev/zero | tr '\\0' x; echo; echo finished-flood", timeout=120)
+    row = shell.run("head -c 104857600 /dev/zero | tr '\\0' x; echo; echo finished-flood",
+                    timeout=120)
     ok(row)
     assert row["truncated"] is True
     assert row["output"] == "x" * cap + marker
@@ -388,7 +400,8 @@ def test_output_flood_is_capped_the_executor_stays_small_and_nothing_piles_up_on
     assert row["truncated"] is True
     note = "\n[pg-shell: timeout: state not updated]\n"
     assert row["output"] == "y\n" * (cap // 2) + marker + note
-    assert logged < 16 * MiB, f"the engine logged {logged} bytes of a capped command's output to {log_path}"
+    assert logged < 16 * MiB, (
+        f"the engine logged {logged} bytes of a capped command's output to {log_path}")
 
     assert daemon.proc.poll() is None
     growth_kib = rss_kib(daemon.proc.pid) - rss_before
@@ -401,8 +414,9 @@ def test_output_flood_is_capped_the_executor_stays_small_and_nothing_piles_up_on
 
 def test_cd_out_of_the_root_is_never_saved(daemon, shell):
     ok(shell.run("mkdir -p sub && ln -s / up && ln -s /etc e && cd sub"))
-    for attack, where in (("cd ../up", "/"), ("cd ../e", "/etc"), ("cd /tmp", "/tmp"), ("cd /", "/"),
-                          ("cd ../..", "/home"), ("cd -P ../up/proc/self/cwd", "/home/sandbox/sub")):
+    for attack, where in (("cd ../up", "/"), ("cd ../e", "/etc"), ("cd /tmp", "/tmp"),
+                          ("cd /", "/"), ("cd ../..", "/home"),
+                          ("cd -P ../up/proc/self/cwd", "/home/sandbox/sub")):
         row = shell.run(f"{attack} && pwd -P")
         assert row["status"] == "done" and row["output"].startswith(f"{where}\n"), (attack, row)
         if where.startswith(ROOT):
@@ -439,7 +453,8 @@ def test_a_tenant_cannot_reach_another_tenants_files(daemon, make_shell):
     half = len(secret) // 2
     row = alice.run(
         "cat /home/sandbox/secret-bob.txt 2>&1; ls -A /home; ls -A /home/sandbox; echo ---\n"
-        "find / \\( -path /proc -o -path /sys \\) -prune -o -name 'secret-bob*' -print 2>/dev/null; echo ---\n"
+        "find / \\( -path /proc -o -path /sys \\) -prune -o -name 'secret-bob*' -print "
+        "2>/dev/null; echo ---\n"
         f"a='{secret[:half]}'; b='{secret[half:]}'\n"
         "grep -rsl \"$a$b\" /home /tmp /mnt /var /run /dev/shm /opt /srv; echo \"grep=$?\"\n"
         "ls /dev | grep -c -E '^(loop|sd|vd|nvme|dm-)'; true"
@@ -459,7 +474,8 @@ def test_a_tenant_cannot_reach_another_tenants_files(daemon, make_shell):
                    f"/home/sandbox-{bob.session_id}"):
         row = alice.run(forge('{"cwd": "' + target + '", "env": {}}'))
         assert row["status"] == "done" and row["cwd_after"] == ROOT, row
-        assert "[pg-shell: " in row["output"] and ("outside" in row["output"] or "normalized" in row["output"])
+        assert "[pg-shell: " in row["output"] and ("outside" in row["output"]
+                                                   or "normalized" in row["output"])
     assert alice.run("ls -A")["output"] == ""
     assert bob.run("cat secret-bob.txt")["output"] == f"{secret}\n"
 
@@ -484,7 +500,8 @@ def test_path_hijack_cannot_fake_the_state_report_or_brick_the_session(daemon, m
     # commands see; the entrypoint and its report never ran the fakes.
     row = ok(shell.run("echo alive; builtin pwd; command -v python3; ls -A"))
     assert row["output"] == f"alive\n{ROOT}\n/home/sandbox/{tag}/python3\n{tag}\n"
-    assert row["env_after"]["PATH"].startswith(f"/home/sandbox/{tag}:") and "PWNED" not in row["env_after"]
+    assert row["env_after"]["PATH"].startswith(f"/home/sandbox/{tag}:")
+    assert "PWNED" not in row["env_after"]
     # The executor never runs anything from the session either.
     assert daemon.proc.poll() is None
     assert host_cmdlines_containing(tag.encode()) == []
@@ -499,10 +516,11 @@ def test_bash_startup_variables_cannot_brick_the_session(daemon, make_shell):
                              '{"SHELLOPTS": "braceexpand:hashall:interactive-comments:noexec"}}')),
         "BASHOPTS": (None, '{"cwd": "/home/sandbox", "env": {"BASHOPTS": "nullglob:failglob"}}'),
         "PROMPT_COMMAND": ("export PROMPT_COMMAND='echo hijacked'", None),
-        "ENV": ("printf 'exit 0\\n' > envrc && export ENV=/home/sandbox/envrc POSIXLY_CORRECT=1", None),
+        "ENV": ("printf 'exit 0\\n' > envrc && export ENV=/home/sandbox/envrc POSIXLY_CORRECT=1",
+                None),
         # The entrypoint's own variable names: the report must still arrive.
-        "__pg_shell_out": (None, ('{"cwd": "/home/sandbox", "env": '
-                                  '{"__pg_shell_out": "0", "__pg_shell_nonce": "x", "__pg_shell_command": "exit"}}')),
+        "__pg_shell_out": (None, ('{"cwd": "/home/sandbox", "env": {"__pg_shell_out": "0", '
+                                  '"__pg_shell_nonce": "x", "__pg_shell_command": "exit"}}')),
     }
     for name, (plant, report) in cases.items():
         shell = make_shell("eve")
@@ -542,16 +560,20 @@ def test_hostile_environments_are_rejected_and_the_previous_one_kept(daemon, she
     kept = ok(shell.run("export KEEP_ME=yes"))["env_after"]
     assert kept["KEEP_ME"] == "yes"
     attacks = {
-        "for i in $(seq 10000); do export V$i=x; done; echo many": "more than 256 exported variables",
-        "export BIG=$(head -c 102400 /dev/zero | tr '\\0' a); echo big": "$BIG is longer than 32768 bytes",
+        "for i in $(seq 10000); do export V$i=x; done; echo many":
+            "more than 256 exported variables",
+        "export BIG=$(head -c 102400 /dev/zero | tr '\\0' a); echo big":
+            "$BIG is longer than 32768 bytes",
         "export HUGE=$(head -c 10485760 /dev/zero | tr '\\0' a); echo huge": "state report",
-        "for i in $(seq 200); do export W$i=$(head -c 30000 /dev/zero | tr '\\0' w); done; echo wide": "",
+        "for i in $(seq 200); do export W$i=$(head -c 30000 /dev/zero | tr '\\0' w); done;"
+        " echo wide": "",
     }
     for command, note in attacks.items():
         row = shell.run(command, timeout=120)
         assert row["status"] == "done", (command[:40], row["status"], row["reason"])
         assert row["env_after"] == kept, command[:40]
-        assert "[pg-shell: " in row["output"] and note in row["output"], (command[:40], row["output"][-300:])
+        assert "[pg-shell: " in row["output"] and note in row["output"], (command[:40],
+                                                                          row["output"][-300:])
         assert daemon.proc.poll() is None
     row = ok(shell.run('echo "$KEEP_ME ${V1-none} ${#BIG} ${#HUGE}"'))
     assert row["output"] == "yes none 0 0\n"

@@ -43,7 +43,8 @@ def test_multibyte_split_across_frames_is_decoded_whole() -> None:
 
 def test_invalid_bytes_are_replaced() -> None:
     capper = OutputCapper(100)
-    assert feed_all(capper, [(STDOUT, b"a\xff\xfeb"), (STDOUT, b"\xe2\x82")]) == "a\ufffd\ufffdb\ufffd"
+    assert feed_all(capper,
+                    [(STDOUT, b"a\xff\xfeb"), (STDOUT, b"\xe2\x82")]) == "a\ufffd\ufffdb\ufffd"
 
 
 @given(st.binary(max_size=300), st.integers(min_value=1, max_value=50), st.integers(0, 2**32))

@@ -80,7 +80,8 @@ def test_env_is_taken_minus_reserved_names() -> None:
         ({"A": "x" * (MAX_VALUE_BYTES + 1)}, "longer than"),
         ({"A": "é" * (MAX_VALUE_BYTES // 2 + 1)}, "longer than"),  # bytes, not chars
         ({f"V{i}": "" for i in range(MAX_VARS + 1)}, "more than"),
-        ({f"V{i}": "x" * (MAX_VALUE_BYTES - 10) for i in range(MAX_ENV_BYTES // MAX_VALUE_BYTES + 1)}, "larger than"),
+        ({f"V{i}": "x" * (MAX_VALUE_BYTES - 10)
+          for i in range(MAX_ENV_BYTES // MAX_VALUE_BYTES + 1)}, "larger than"),
         ({"A": "\udcff"}, "UTF-8"),
         ({"A": 1}, "non-string"),
         (["A"], "not an object"),
