@@ -6,12 +6,15 @@ from __future__ import annotations
 import socket
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from executor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from executor.sandbox.model import Limits
 
 MiB = 1024 * 1024
 
@@ -89,6 +92,17 @@ class Settings(BaseSettings):
     loop_idle_minutes: float = Field(default=60, gt=0)
     cleanup_interval_s: float = Field(default=3600, gt=0)
     retention_batch: int = Field(default=1000, ge=1, le=100000)
+
+    def limits(self) -> Limits:
+        """The per-command limits these settings give every container."""
+        from executor.sandbox.model import Limits  # not at import: the CLI starts without docker
+
+        return Limits(
+            timeout_s=self.timeout_s, memory_bytes=self.memory_mb * MiB, pids=self.pids,
+            cpus=self.cpus, nofile=self.nofile, fsize_bytes=self.fsize_mb * MiB,
+            tmpfs_bytes=self.tmpfs_mb * MiB, output_cap_bytes=self.output_cap_bytes,
+            disk_quota_bytes=self.disk_quota_mb * MiB,
+        )
 
     def require_database_url(self) -> str:
         if not self.database_url:

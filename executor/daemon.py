@@ -15,7 +15,7 @@ from executor import metrics
 from executor.config import Settings
 from executor.metrics_server import serve_executor_metrics
 from executor.sandbox import Sandbox
-from executor.worker import Worker, limits_from
+from executor.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def systemd_notifier() -> Callable[[str], None]:
 
 def run_executor(settings: Settings) -> int:
     stop = threading.Event()
-    sandbox = Sandbox(limits_from(settings), shell_root=settings.shell_root,
+    sandbox = Sandbox(settings.limits(), shell_root=settings.shell_root,
                       docker_host=settings.docker_host, disk_quota=settings.disk_quota,
                       volume_dir=settings.volumes_dir, scope=settings.scope)
     worker = Worker(settings, sandbox, stop, notify=systemd_notifier())

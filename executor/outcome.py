@@ -1,8 +1,13 @@
-"""How a sandbox result becomes a command's final status and reason."""
+"""A command a worker holds, and how its sandbox result becomes its final
+status and reason."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
+
+from executor.db.queue import ClaimedCommand
 
 SHUTDOWN = "executor shutdown"
 LEASE_LOST = "lease lost"
@@ -25,3 +30,19 @@ def outcome_of(exit_code: int, sandbox_reason: str | None, kill_reason: str | No
     if sandbox_reason in ("timeout", "oom"):
         return Outcome("failed", exit_code, sandbox_reason)
     return Outcome("done", exit_code, None)
+
+
+@dataclass
+class Run:
+    """A command this worker holds, and why it was told to stop, if it was."""
+
+    claimed: ClaimedCommand
+    cancel: threading.Event = field(default_factory=threading.Event)
+    kill_reason: str | None = None
+    started_at: str | None = None  # the executor's clock, for the result record
+    claimed_monotonic: float = field(default_factory=time.monotonic)
+
+    def stop(self, reason: str) -> None:
+        if not self.cancel.is_set():
+            self.kill_reason = reason
+            self.cancel.set()

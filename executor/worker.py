@@ -12,27 +12,19 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import tenacity
 
 from executor import metrics
 from executor.config import Settings
-from executor.db.queue import ClaimedCommand, ExecutorDatabase, Listener
+from executor.db.queue import ExecutorDatabase, Listener
 from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
-from executor.outcome import LEASE_LOST, SHUTDOWN, outcome_of
+from executor.outcome import LEASE_LOST, SHUTDOWN, Run, outcome_of
 from executor.output_writer import OutputWriter
+from executor.promotion import ImagePromotion
 from executor.records import result_record, sha256_hex, utc_now
-from executor.sandbox import (
-    EngineUnavailable,
-    ImageNotFound,
-    Limits,
-    RunRequest,
-    RunResult,
-    Sandbox,
-    SandboxError,
-)
+from executor.sandbox import EngineUnavailable, RunRequest, RunResult, Sandbox, SandboxError
 from executor.signing import Signer
 from executor.workspace.capture import Capture
 from executor.workspace.host import HostFiles
@@ -40,31 +32,6 @@ from executor.workspace.restore import RestoreFailed
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
-
-
-@dataclass
-class Run:
-    """A command this worker holds, and why it was told to stop, if it was."""
-
-    claimed: ClaimedCommand
-    cancel: threading.Event = field(default_factory=threading.Event)
-    kill_reason: str | None = None
-    started_at: str | None = None  # the executor's clock, for the result record
-    claimed_monotonic: float = field(default_factory=time.monotonic)
-
-    def stop(self, reason: str) -> None:
-        if not self.cancel.is_set():
-            self.kill_reason = reason
-            self.cancel.set()
-
-
-def limits_from(settings: Settings) -> Limits:
-    return Limits(
-        timeout_s=settings.timeout_s, memory_bytes=settings.memory_mb * MiB, pids=settings.pids,
-        cpus=settings.cpus, nofile=settings.nofile, fsize_bytes=settings.fsize_mb * MiB,
-        tmpfs_bytes=settings.tmpfs_mb * MiB, output_cap_bytes=settings.output_cap_bytes,
-        disk_quota_bytes=settings.disk_quota_mb * MiB,
-    )
 
 
 class Worker:
@@ -93,10 +60,7 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self._maintenance_done = threading.Event()
         self._recheck_at: float | None = None  # claim again then (claim affinity's grace)
-        # New commands start on self.image: PG_SHELL_IMAGE's digest, or the
-        # image last promoted in the database (_follow_promotion).
-        self.image = ""
-        self._promotion: tuple[str, str] | None = None  # (digest, promoted_at) last acted on
+        self._images: ImagePromotion | None = None  # set at start-up: the engine is asked
 
     def running(self) -> int:
         """Commands whose container is running now (a metric)."""
@@ -123,10 +87,9 @@ class Worker:
             raise PgShellError(
                 "the Docker engine is rootful: a container escape would be root on the host. "
                 "Use a rootless engine (ops/rootless-docker), or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
-        self.image = self._sandbox.image_digest(self.settings.image)
-        log.info("sandbox image %s is %s", self.settings.image, self.image)
+        self._images = images = ImagePromotion(self._sandbox, self.settings.image)
         db = self._database("start-up")
-        self._follow_promotion(db)
+        images.follow(db)
         db.register_key(self._signer.public_key_hex, self.worker_id)
         log.info("worker %s signs results with key %s", self.worker_id, self._signer.key_id)
         # Containers this worker id left behind may have run even if they
@@ -243,8 +206,9 @@ class Worker:
             return
         created = threading.Event()
         started = threading.Event()
-        default_image = self.image  # a promotion meanwhile applies to the next command
-        image = self._image_for(cmd, default_image)
+        assert self._images is not None  # set by start_up
+        default_image = self._images.current  # a promotion meanwhile applies to the next command
+        image = self._images.for_command(cmd, default_image)
 
         def on_created(container_id: str) -> None:
             # Recorded before the start: if this executor vanishes now, the
@@ -357,38 +321,6 @@ class Worker:
                     signature=self._signer.sign(record), key_id=self._signer.key_id)
         metrics.command_completed(cmd.user_id, status, reason, duration_ms)
 
-    def _image_for(self, cmd: ClaimedCommand, default_image: str) -> str:
-        """A replay runs on its original's image while that image exists."""
-        if cmd.image_digest and cmd.image_digest != default_image:
-            try:
-                return self._sandbox.image_digest(cmd.image_digest)
-            except ImageNotFound:
-                log.info("command_id=%s: image %s is gone, using %s", cmd.command_id, cmd.image_digest,
-                         default_image)
-        return default_image
-
-    def _follow_promotion(self, db: ExecutorDatabase) -> None:
-        """Switches new commands to the image promoted in the database (one
-        row read per round; the engine is asked only when it changed).
-        Running commands finish on the image they started on. A promoted
-        image this engine lacks is logged once and the old one kept;
-        promoting it again after loading it here retries."""
-        promotion = db.current_image()
-        if promotion is None or promotion == self._promotion:
-            return
-        digest = promotion[0]
-        try:
-            resolved = self._sandbox.image_digest(digest) if digest != self.image else digest
-        except ImageNotFound:
-            self._promotion = promotion
-            log.error("promoted image %s does not exist on this engine: new commands keep running on %s",
-                      digest, self.image)
-            return
-        self._promotion = promotion
-        if resolved != self.image:
-            log.info("image %s promoted: new commands run on it (was %s)", resolved, self.image)
-            self.image = resolved
-
     def _remove(self, container_id: str) -> None:
         try:
             self._sandbox.remove_container(container_id)
@@ -403,7 +335,8 @@ class Worker:
         while not self._maintenance_done.wait(self.settings.heartbeat_interval_s):
             try:
                 self._heartbeat(db)
-                self._follow_promotion(db)
+                if self._images is not None:
+                    self._images.follow(db)
                 now = time.monotonic()
                 if now - last_expiry >= self.settings.lease_s / 2:
                     for row in db.expire_leases():

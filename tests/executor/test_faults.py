@@ -106,9 +106,11 @@ def test_kill_9_then_restart_with_the_same_worker_id_settles_at_once(make_daemon
     assert row["output"].startswith("started\n")
     assert containers(docker_client, cid, worker_id) == []
 
-    # The session goes on, and the killed command did not run again.
+    # The session goes on from its last committed files (the lost command's
+    # changes are discarded), and the killed command did not run again.
     row = shell.run("cat runs")
-    assert (row["status"], row["exit_code"], row["output"]) == ("done", 0, "ran\n")
+    assert (row["status"], row["exit_code"], row["output"]) == (
+        "done", 1, "cat: runs: No such file or directory\n")
     assert shell.command(cid)["attempts"] == 1
 
 
