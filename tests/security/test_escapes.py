@@ -37,17 +37,15 @@ def lines(row: dict) -> list[str]:
 
 
 def forge(report: str) -> str:
-    """A command that replaces the entrypoint's state report with ``report``
-    (JSON: {"cwd", "env"}; the nonce is readable in /proc/1/environ; DESIGN
-    says that is fine because every report is validated)."""
+    """A command that replaces the shell's state report with ``report``
+    (JSON: {"cwd", "env"}), written to the state descriptor the shell's
+    script keeps in $__pg_shell_state: the command runs in that very shell,
+    so it can. DESIGN says that is fine because every report is validated."""
     fields = json.loads(report)
     items = [fields["cwd"]] + [f"{k}={v}" for k, v in fields["env"].items()]
     return (
-        "n=$(tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^PG_SHELL_NONCE=//p');"
-        " trap - EXIT;"
-        " printf '\\0pg-shell-state %s\\n' \"$n\";"
-        " printf '%s\\0' " + " ".join(shlex.quote(i) for i in items) + ";"
-        " printf '\\0pg-shell-end %s\\n' \"$n\""
+        "trap - EXIT;"
+        " printf '%s\\0' " + " ".join(shlex.quote(i) for i in items) + " >&$__pg_shell_state"
     )
 
 
@@ -253,6 +251,8 @@ if r == 0:
 for other in (2, 99999):
     r = libc.ptrace(16, other, None, None)
     print("attach-outside", other, r, errno.errorcode.get(ctypes.get_errno(), "OK"))
+r = libc.ptrace(16, 1, None, None)  # the supervisor: same uid, but not dumpable
+print("attach-supervisor", r, errno.errorcode.get(ctypes.get_errno(), "OK"))
 ' "$victim"
 kill "$victim"
 for s in /proc/[0-9]*/status; do
@@ -269,7 +269,8 @@ echo "nprocs=$(ls -d /proc/[0-9]* | wc -l)"
     assert "1000 0000000000000000 \n" in out
     uid_lines = [line for line in lines(row) if re.match(r"^\d+ [0-9a-f]{16} $", line)]
     assert uid_lines == ["1000 0000000000000000 "], out
-    assert "pid1=/bin/bash /opt/pg-shell/run" in out
+    assert "attach-supervisor -1 EPERM" in out
+    assert "pid1=/usr/bin/python3 -IS /opt/pg-shell/supervisor" in out
     assert int(re.search(r"nprocs=(\d+)", out).group(1)) < 10
     ok(shell.run("echo still-fine"))
 
@@ -398,7 +399,7 @@ def test_output_flood_is_capped_the_executor_stays_small_and_nothing_piles_up_on
     row = shell.wait(cid, timeout=120)
     assert (row["status"], row["exit_code"], row["reason"]) == ("failed", 124, "timeout")
     assert row["truncated"] is True
-    note = "\n[pg-shell: timeout: state not updated]\n"
+    note = "\n[pg-shell: timeout: state not updated; files not saved: the command did not finish]\n"
     assert row["output"] == "y\n" * (cap // 2) + marker + note
     assert logged < 16 * MiB, (
         f"the engine logged {logged} bytes of a capped command's output to {log_path}")
@@ -440,7 +441,8 @@ def test_background_processes_do_not_survive_the_command(daemon, shell, docker_c
     assert running_containers(docker_client, daemon, cid) == []
     row = ok(shell.run("ps -e -o comm="))
     assert "sleep" not in row["output"]
-    assert sorted(lines(row)) == ["ps", "run"]  # the entrypoint and ps, nothing else
+    # The supervisor, the shell and ps, nothing else.
+    assert sorted(lines(row)) == ["bash", "ps", "supervisor"]
 
 
 # -- other tenants -------------------------------------------------------------------------------
