@@ -435,9 +435,12 @@ def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client)
     assert row["output"].startswith("started\n")
     assert daemon.proc.poll() is None
 
-    # The same daemon reconnects: the next command runs, and the first did not run again.
+    # The same daemon reconnects: the next command runs (from the last
+    # committed files: the failed command's changes are discarded), and the
+    # first did not run again.
     row = shell.run("cat runs", timeout=HANG)
-    assert (row["status"], row["exit_code"], row["output"]) == ("done", 0, "ran\n")
+    assert (row["status"], row["exit_code"], row["output"]) == (
+        "done", 1, "cat: runs: No such file or directory\n")
     assert shell.command(cid)["attempts"] == 1
     wait_for("leftover container reaped", lambda: not containers(docker_client, cid, worker_id))
     assert daemon.proc.poll() is None
