@@ -104,7 +104,8 @@ def one_file_changed(tenant: Tenant, big: str, runs: int) -> None:
     emit("one_mb_file_extra_p50", c50 - p50, "ms", target="<= 30")
 
 
-def first_on_a_new_host(tenant: Tenant, image: str, last_command: int, session: str, runs: int) -> None:
+def first_on_a_new_host(tenant: Tenant, image: str, last_command: int, session: str,
+                        runs: int) -> None:
     log(f"(c) {runs} x first command in a never-seen fork vs docker run extracting the same tar")
     archive = tree_tar(tenant, session, last_command)
     ours, ref = [], []
@@ -115,7 +116,8 @@ def first_on_a_new_host(tenant: Tenant, image: str, last_command: int, session: 
         time.sleep(0.3)
         ref.append(reference_extract(image, archive))
     o50, r50 = pct(ours, 50) * MS, pct(ref, 50) * MS
-    emit("first_command_new_host_p50", o50, "ms", side="ours", tar_mb=round(len(archive) / 2**20, 1))
+    emit("first_command_new_host_p50", o50, "ms", side="ours",
+         tar_mb=round(len(archive) / 2**20, 1))
     emit("tar_into_fresh_volume_p50", r50, "ms", side="reference",
          command="docker run --rm -i -v NEW:/home/sandbox ... tar -x")
     emit("first_command_new_host_p50_ratio", o50 / r50, "ratio", target="<= 1.5")
@@ -163,8 +165,10 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dsn_option(parser)
     add_image_option(parser)
-    parser.add_argument("--runs", type=int, default=20, help="runs per side of each figure (default 20)")
-    parser.add_argument("--files", type=int, default=5000, help="files in the full home (default 5000)")
+    parser.add_argument("--runs", type=int, default=20,
+                        help="runs per side of each figure (default 20)")
+    parser.add_argument("--files", type=int, default=5000,
+                        help="files in the full home (default 5000)")
     parser.add_argument("--size-mb", type=int, default=100, help="their total size (default 100)")
     args = parser.parse_args()
     admin_dsn = require_dsn(parser, args)
@@ -181,8 +185,10 @@ def main() -> int:
             tenant = Tenant(dsn, user_id)
             image = image_id(args.image)
             env = executor_env(dsn, image, {
-                "PG_SHELL_WORKER_ID": worker_id, "PG_SHELL_SCOPE": scope, "PG_SHELL_VOLUMES_DIR": volumes_dir,
-                "PG_SHELL_DISK_QUOTA_MB": str(max(256, args.size_mb * 2)), "PG_SHELL_TIMEOUT_S": "600"})
+                "PG_SHELL_WORKER_ID": worker_id, "PG_SHELL_SCOPE": scope,
+                "PG_SHELL_VOLUMES_DIR": volumes_dir,
+                "PG_SHELL_DISK_QUOTA_MB": str(max(256, args.size_mb * 2)),
+                "PG_SHELL_TIMEOUT_S": "600"})
             log(f"database {database_name(dsn)}, image {image[:19]}, executor log {log_path}")
             daemon = ExecutorProcess(env, log_path).start().wait_ready(timeout=60)
             big, empty = tenant.session(), tenant.session()

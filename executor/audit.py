@@ -85,7 +85,8 @@ def verify(sessions: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]
 def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
                    keys: Mapping[str, str]) -> Break | None:
     sid = str(session["session_id"])
-    chained = sorted((lk for lk in links if lk["chain_seq"] is not None), key=lambda lk: lk["chain_seq"])
+    chained = sorted((lk for lk in links if lk["chain_seq"] is not None),
+                     key=lambda lk: lk["chain_seq"])
     start_seq, start_hash = 0, GENESIS
     if session.get("checkpoint_seq") is not None:
         found = _check_checkpoint(sid, session, keys)
@@ -120,8 +121,8 @@ def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
         expected_seq, expected_prev = seq + 1, link["chain_hash"]
     for link in links:
         if link["chain_seq"] is None:
-            return Break(sid, link["command_id"], None, EDITED, "an ended command has no chain link",
-                         "chain_seq")
+            return Break(sid, link["command_id"], None, EDITED,
+                         "an ended command has no chain link", "chain_seq")
     last = expected_seq - 1
     head_seq, head_hash = session["head_seq"], session["head_hash"]
     if last < head_seq:
@@ -153,10 +154,12 @@ def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) ->
     signer = record.get("signer")
     if signer == DATABASE_SIGNER:
         if record.get("status") == "done":
-            return brk(MISSING_SIGNATURE, "a completed ('done') result must carry its executor's signature")
+            return brk(MISSING_SIGNATURE,
+                       "a completed ('done') result must carry its executor's signature")
     else:
         if not link["signature"]:
-            return brk(MISSING_SIGNATURE, f"the record names signer {signer!r} but has no signature")
+            return brk(MISSING_SIGNATURE,
+                       f"the record names signer {signer!r} but has no signature")
         public_key = keys.get(signer) if isinstance(signer, str) else None
         if public_key is None:
             return brk(FORGED, f"signed by an unknown key {signer!r}")
@@ -167,8 +170,9 @@ def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) ->
         claimed = record.get(name, _ABSENT)
         if claimed is _ABSENT or claimed != facts[name] or type(claimed) is not type(facts[name]):
             shown = "nothing" if claimed is _ABSENT else json.dumps(claimed)[:80]
-            return brk(EDITED, f"the row's {_ROW_FIELD.get(name, name)} no longer matches the record "
-                               f"({name}: record {shown}, row {json.dumps(facts[name])[:80]})",
+            return brk(EDITED,
+                       f"the row's {_ROW_FIELD.get(name, name)} no longer matches the record "
+                       f"({name}: record {shown}, row {json.dumps(facts[name])[:80]})",
                        _ROW_FIELD.get(name, name))
     chunks = link.get("chunks_sha256")
     if chunks is not None and chunks != record["output_sha256"]:
@@ -204,7 +208,8 @@ def _misplaced(sid: str, link: Mapping[str, Any], computed: str,
                  "result_record")
 
 
-def _check_checkpoint(sid: str, session: Mapping[str, Any], keys: Mapping[str, str]) -> Break | None:
+def _check_checkpoint(sid: str, session: Mapping[str, Any],
+                      keys: Mapping[str, str]) -> Break | None:
     seq = session["checkpoint_seq"]
     text = str(session.get("checkpoint_record") or "")
     try:
@@ -212,7 +217,8 @@ def _check_checkpoint(sid: str, session: Mapping[str, Any], keys: Mapping[str, s
     except ValueError:
         record = None
     if not isinstance(record, dict):
-        return Break(sid, None, seq, EDITED, "the checkpoint record is missing or not JSON", "checkpoint")
+        return Break(sid, None, seq, EDITED, "the checkpoint record is missing or not JSON",
+                     "checkpoint")
     signer = record.get("signer")
     if not session.get("checkpoint_signature"):
         return Break(sid, None, seq, MISSING_SIGNATURE, "the retention checkpoint is not signed")
@@ -225,6 +231,6 @@ def _check_checkpoint(sid: str, session: Mapping[str, Any], keys: Mapping[str, s
                 "removed": session["checkpoint_removed"]}
     for name, value in expected.items():
         if record.get(name) != value:
-            return Break(sid, None, seq, EDITED, f"the checkpoint's {name} no longer matches its record",
-                         "checkpoint")
+            return Break(sid, None, seq, EDITED,
+                         f"the checkpoint's {name} no longer matches its record", "checkpoint")
     return None

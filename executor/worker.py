@@ -86,7 +86,8 @@ class Worker:
         if isolation == "rootful" and not self.settings.allow_rootful:
             raise PgShellError(
                 "the Docker engine is rootful: a container escape would be root on the host. "
-                "Use a rootless engine (ops/rootless-docker), or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
+                "Use a rootless engine (ops/rootless-docker), "
+                "or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
         db = self._database("start-up")
         images.follow(db)
@@ -128,7 +129,8 @@ class Worker:
         while (free := self._free_slots()) > 0 and not self._stop.is_set():
             try:
                 claimed = self._control.claim(self.worker_id, free, self.settings.lease_s,
-                                              self.settings.host_id, self.settings.affinity_grace_ms)
+                                              self.settings.host_id,
+                                              self.settings.affinity_grace_ms)
             except DatabaseUnavailable as exc:
                 log.warning("cannot claim, database unavailable: %s", exc)
                 return
@@ -222,11 +224,13 @@ class Worker:
             metrics.command_started(time.monotonic() - run.claimed_monotonic)
             if cmd.image_digest and cmd.image_digest != default_image == image:
                 # A replay whose original's image is gone says so in its output.
-                writer.write(f"[pg-shell: image {cmd.image_digest} no longer exists; ran on {image}]\n")
+                writer.write(f"[pg-shell: image {cmd.image_digest} no longer exists; "
+                             f"ran on {image}]\n")
             started.set()
             log.info("started command_id=%s container_id=%s", cmd.command_id, container_id[:12])
 
-        save_output = metrics.counting_output(lambda seq, data: db.append_output(cmd, self.worker_id, seq, data))
+        save_output = metrics.counting_output(
+            lambda seq, data: db.append_output(cmd, self.worker_id, seq, data))
         writer = OutputWriter(save_output, self.settings.output_flush_interval_s)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self.worker_id, command=cmd.command, cwd=cmd.cwd,
@@ -243,9 +247,9 @@ class Worker:
             if started.is_set():
                 reason = f"engine error: {exc}"
                 log.warning("command_id=%s failed: %s", cmd.command_id, reason)
-                self._complete(db, run, status="failed", exit_code=None, reason=reason, truncated=False,
-                               cwd=None, env=None, duration_ms=None, output_sha256=writer.output_sha256,
-                               image_digest=image)
+                self._complete(db, run, status="failed", exit_code=None, reason=reason,
+                               truncated=False, cwd=None, env=None, duration_ms=None,
+                               output_sha256=writer.output_sha256, image_digest=image)
             elif created.is_set() or not self._stop.is_set():
                 metrics.CONTAINER_START_FAILURES.inc()
                 self._complete_unstarted(db, run, f"container failed to start: {exc}")
@@ -259,7 +263,8 @@ class Worker:
         end = outcome_of(result.exit_code, result.reason, run.kill_reason)
         self._complete(db, run, status=end.status, exit_code=end.exit_code, reason=end.reason,
                        truncated=result.truncated, cwd=result.cwd, env=result.env,
-                       duration_ms=int(result.duration_s * 1000), output_sha256=writer.output_sha256,
+                       duration_ms=int(result.duration_s * 1000),
+                       output_sha256=writer.output_sha256,
                        image_digest=image, root_after=files.root_after,
                        cached_here=files.captured is not None)
         self._files.committed(cmd.session_id, files)
@@ -268,7 +273,8 @@ class Worker:
         self._remover.submit(self._remove, result.container_id)
 
     def _run_until_engine_answers(self, request: RunRequest, store: WorkspaceStore,
-                                  on_created: Callable[[str], None], on_started: Callable[[str], None],
+                                  on_created: Callable[[str], None],
+                                  on_started: Callable[[str], None],
                                   writer: OutputWriter, run: Run,
                                   created: threading.Event) -> tuple[Capture, RunResult]:
         """Brings the session's files here and runs the command; while the
@@ -281,11 +287,13 @@ class Worker:
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, EngineUnavailable) and not created.is_set() and not run.cancel.is_set()),
+                lambda e: (isinstance(e, EngineUnavailable) and not created.is_set()
+                           and not run.cancel.is_set())),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
             stop=tenacity.stop_when_event_set(self._stop),
             before_sleep=lambda s: log.warning("engine unavailable, command_id=%s waits: %s",
-                                               request.command_id, s.outcome.exception() if s.outcome else ""),
+                                               request.command_id,
+                                               s.outcome.exception() if s.outcome else ""),
             reraise=True,
         )
         return retrying(attempt)
@@ -340,7 +348,8 @@ class Worker:
                 now = time.monotonic()
                 if now - last_expiry >= self.settings.lease_s / 2:
                     for row in db.expire_leases():
-                        log.warning("lease expired: command_id=%s is now %s", row["command_id"], row["status"])
+                        log.warning("lease expired: command_id=%s is now %s",
+                                    row["command_id"], row["status"])
                     last_expiry = now
                 if now - last_reap >= self.settings.reap_interval_s:
                     self._reap(db)
@@ -380,7 +389,8 @@ class Worker:
         """Lets running commands finish within the grace period, then kills
         them (recorded as "executor shutdown")."""
         deadline = time.monotonic() + self.settings.shutdown_grace_s
-        log.info("draining: %d commands running, grace %.0fs", len(self._runs), self.settings.shutdown_grace_s)
+        log.info("draining: %d commands running, grace %.0fs", len(self._runs),
+                 self.settings.shutdown_grace_s)
         while self._runs and time.monotonic() < deadline:
             time.sleep(0.05)
         with self._runs_lock:
@@ -393,7 +403,8 @@ class Worker:
         """Hands commands claimed but never started back to their queues at
         once, instead of letting their leases run out."""
         try:
-            for row in self._database("shutdown", persistent=False).settle_worker(self.worker_id, []):
+            for row in self._database("shutdown", persistent=False).settle_worker(
+                    self.worker_id, []):
                 log.info("released command_id=%s: %s", row["command_id"], row["status"])
         except PgShellError as exc:
             log.warning("could not release unstarted commands (their leases will expire): %s", exc)

@@ -98,7 +98,8 @@ class ExecutorDatabase:
         self.call("SELECT shell.mark_created(%s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, container_id))
 
-    def mark_started(self, cmd: ClaimedCommand, worker_id: str, container_id: str, image_digest: str) -> None:
+    def mark_started(self, cmd: ClaimedCommand, worker_id: str, container_id: str,
+                     image_digest: str) -> None:
         self.call("SELECT shell.mark_started(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))
 
@@ -114,18 +115,21 @@ class ExecutorDatabase:
         self.call(
             "SELECT shell.complete_command(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (cmd.command_id, worker_id, cmd.attempt, status, exit_code, reason, truncated,
-             cwd, json_param(env) if env is not None else None, duration_ms, record, signature, key_id),
+             cwd, json_param(env) if env is not None else None, duration_ms, record, signature,
+             key_id),
         )
 
     def register_key(self, public_key_hex: str, worker_id: str) -> str:
-        rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id", (public_key_hex, worker_id))
+        rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id",
+                         (public_key_hex, worker_id))
         return str(rows[0]["key_id"])
 
     def expire_leases(self) -> list[dict[str, Any]]:
         return self.call("SELECT * FROM shell.expire_leases()")
 
     def settle_worker(self, worker_id: str, started_ids: list[int]) -> list[dict[str, Any]]:
-        return self.call("SELECT * FROM shell.settle_worker(%s, %s::bigint[])", (worker_id, started_ids))
+        return self.call("SELECT * FROM shell.settle_worker(%s, %s::bigint[])",
+                         (worker_id, started_ids))
 
     def live_commands(self, command_ids: list[int]) -> set[int]:
         rows = self.call("SELECT id FROM shell.live_commands(%s::bigint[]) AS id", (command_ids,))
@@ -133,7 +137,8 @@ class ExecutorDatabase:
 
     def current_image(self) -> tuple[str, str] | None:
         """The promoted image (digest, promoted_at as text), if any."""
-        rows = self.call("SELECT digest, promoted_at::text AS promoted_at FROM shell.current_image()")
+        rows = self.call(
+            "SELECT digest, promoted_at::text AS promoted_at FROM shell.current_image()")
         return (str(rows[0]["digest"]), str(rows[0]["promoted_at"])) if rows else None
 
     def queue_depth(self) -> int:

@@ -22,7 +22,8 @@ class WorkspaceStore:
         return {r["h"] for r in rows}
 
     def put_blob_chunk(self, digest: str, size: int, chunks: int, seq: int, data: bytes) -> None:
-        self._db.call("SELECT shell.put_blob_chunk(%s, %s, %s, %s, %s)", (digest, size, chunks, seq, data))
+        self._db.call("SELECT shell.put_blob_chunk(%s, %s, %s, %s, %s)",
+                      (digest, size, chunks, seq, data))
 
     def blob_chunk(self, digest: str, seq: int) -> bytes | None:
         rows = self._db.call("SELECT shell.blob_chunk(%s, %s) AS data", (digest, seq))

@@ -124,8 +124,8 @@ class Sandbox:
         try:
             on_started(container_id)
             conversation = Conversation(OutputCapper(self.limits.output_cap_bytes), files)
-            watch = self._supervise(req, container_id, sock, raw, request, started, on_output, cancel,
-                                    conversation)
+            watch = self._supervise(req, container_id, sock, raw, request, started, on_output,
+                                    cancel, conversation)
             return self._result(req, container_id, conversation, watch)
         except BaseException:
             # A callback or engine failure: never leave the command running.
@@ -134,14 +134,16 @@ class Sandbox:
         finally:
             _close(raw)
 
-    def restore(self, req: RunRequest, header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
+    def restore(self, req: RunRequest, header: dict[str, Any],
+                tar: Iterable[bytes]) -> Conversation:
         """Brings the session's volume to a tree, inside a container as
         locked down as a command's (never by extracting tenant data on the
         host): ``header`` says what to delete, ``tar`` carries what to
         write. Returns the conversation, with the manifest of the result."""
         session_id = req.session_id
         volume = self.volumes.volume_for(session_id)
-        container_id = self._create(req.image, command_labels(req, self.scope), volume, command=["restore"])
+        container_id = self._create(req.image, command_labels(req, self.scope), volume,
+                                    command=["restore"])
         try:
             sock, raw = self._attach_and_start(container_id)
             raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error
@@ -243,7 +245,8 @@ class Sandbox:
         threads = ((send, (request,)), (pump, (frames_iter(sock, tty=False), frames, stop)),
                    (wait_exit, ()))
         for target, args in threads:
-            threading.Thread(target=target, args=args, name=f"sandbox-{target.__name__}-{req.command_id}",
+            threading.Thread(target=target, args=args,
+                             name=f"sandbox-{target.__name__}-{req.command_id}",
                              daemon=True).start()
         try:
             watch = Watch(self._kill, self.limits.timeout_s, req, container_id, started, cancel)
@@ -345,7 +348,8 @@ class Sandbox:
         """Ids of the commands whose containers (running or not) this worker left on the engine."""
         try:
             containers = self._api.containers(
-                all=True, filters={"label": [f"{LABEL_WORKER}={worker_id}", f"{LABEL_SCOPE}={self.scope}"]}
+                all=True,
+                filters={"label": [f"{LABEL_WORKER}={worker_id}", f"{LABEL_SCOPE}={self.scope}"]}
             )
         except ENGINE_ERRORS as exc:
             raise engine_error(exc, "list containers") from exc

@@ -54,7 +54,8 @@ def host_config_args(limits: Limits, shell_root: str, volume: str,
         # so noexec here would only break `./script.sh` in /tmp.
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,size={limits.tmpfs_bytes},mode=1777"},
         # The one and only mount.
-        "mounts": [Mount(target=shell_root, source=volume, type="volume", no_copy=not seed_from_image)],
+        "mounts": [Mount(target=shell_root, source=volume, type="volume",
+                         no_copy=not seed_from_image)],
         "auto_remove": False,  # removed after the result is recorded
         # Output reaches us through the attach stream only. The default
         # json-file driver would also keep every byte on the host's disk

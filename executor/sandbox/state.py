@@ -39,7 +39,8 @@ class SessionState:
     note: str | None = None  # why (part of) the report was rejected
 
 
-def parse_report(raw: bytes | None, overflow: bool = False) -> tuple[dict[str, object] | None, str | None]:
+def parse_report(raw: bytes | None,
+                 overflow: bool = False) -> tuple[dict[str, object] | None, str | None]:
     """Split the report — cwd, then NAME=value entries, each NUL-terminated —
     into {"cwd", "env"}; return (report, note-if-unusable). Undecodable
     bytes become lone surrogates, which validation then rejects."""

@@ -48,7 +48,8 @@ class Capture:
         self._store = store
         self._index = index
         self._max_bytes = max_bytes
-        self._entries: dict[str, list[Any]] = {}  # path -> [kind, mode, size, inode, ctime_ns, target]
+        # path -> [kind, mode, size, inode, ctime_ns, target]
+        self._entries: dict[str, list[Any]] = {}
         self._received: dict[str, str] = {}  # path -> blob sha256
         self._current: _Incoming | None = None
         self._received_bytes = 0
@@ -66,7 +67,8 @@ class Capture:
         if total > self._max_bytes:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
             return []
-        return [path for path, e in self._entries.items() if e[0] == "file" and not self._unchanged(path, e)]
+        return [path for path, e in self._entries.items()
+                if e[0] == "file" and not self._unchanged(path, e)]
 
     def begin(self, path: str) -> None:
         self._discard()
@@ -116,9 +118,11 @@ class Capture:
         entries: dict[str, Entry] = {}
         index_entries: dict[str, list[Any]] = {}
         for path, (kind, mode, size, inode, ctime, target) in self._entries.items():
-            obj = self._received.get(path) or (self._index.entries[path][5] if kind == "file" else None)
+            obj = self._received.get(path) or (self._index.entries[path][5] if kind == "file"
+                                               else None)
             entries[path] = Entry(kind, mode, size, obj, target)
-            index_entries[path] = [kind, mode, size, inode, ctime, obj if kind == "file" else target]
+            index_entries[path] = [kind, mode, size, inode, ctime,
+                                   obj if kind == "file" else target]
         try:
             built = build(entries)
         except InvalidEntry as exc:
@@ -154,7 +158,8 @@ class Capture:
         chunks = -(-incoming.size // CHUNK_BYTES)
         incoming.spool.seek(0)
         for seq in range(chunks):
-            self._store.put_blob_chunk(digest, incoming.size, chunks, seq, incoming.spool.read(CHUNK_BYTES))
+            self._store.put_blob_chunk(digest, incoming.size, chunks, seq,
+                                       incoming.spool.read(CHUNK_BYTES))
         if chunks == 0:  # the empty file: a blob of no chunks
             self._store.put_blob_chunk(digest, 0, 0, 0, b"")
 

@@ -58,7 +58,8 @@ class HostFiles:
             notes.append(f"not saved: {path} ({why})")
         if len(result.skipped) > MAX_NOTED_SKIPS:
             notes.append(f"not saved: {len(result.skipped) - MAX_NOTED_SKIPS} more entries")
-        return Outcome(captured.root if captured else root_before, captured, "; ".join(notes) or None)
+        return Outcome(captured.root if captured else root_before, captured,
+                       "; ".join(notes) or None)
 
     def committed(self, session_id: str, outcome: Outcome) -> None:
         """The new root is the session's: the copy holds it."""

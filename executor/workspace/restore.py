@@ -56,7 +56,8 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
     cache.forget(session_id)  # half-restored is untrusted too
     conversation = restorer(header, tar_stream(store, writes))
     if not conversation.restored or not conversation.manifest_done:
-        raise RestoreFailed(f"restoring session {session_id}: {conversation.restore_error or 'no answer'}")
+        raise RestoreFailed(f"restoring session {session_id}: "
+                            f"{conversation.restore_error or 'no answer'}")
     return _index_of(root, listing, conversation.manifest)
 
 
@@ -96,9 +97,11 @@ def _index_of(root: str, listing: list[dict[str, Any]], manifest: list[list[Any]
         if item is None or item[1] != row["kind"]:
             raise RestoreFailed(f"after the restore, {row['path']!r} is not what the root holds")
         value = row["object"] if row["kind"] == "file" else row["target"]
-        entries[row["path"]] = [row["kind"], row["mode"], row["size"] if row["kind"] == "file" else 0,
+        entries[row["path"]] = [row["kind"], row["mode"],
+                                row["size"] if row["kind"] == "file" else 0,
                                 item[4], item[5], value]
     if found:
-        raise RestoreFailed(f"after the restore, {next(iter(found))!r} is there but not in the root")
+        raise RestoreFailed(f"after the restore, {next(iter(found))!r} "
+                            "is there but not in the root")
     trees = {root} | {row["object"] for row in listing if row["kind"] == "dir"}
     return Index(root, entries, trees)

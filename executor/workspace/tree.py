@@ -72,7 +72,8 @@ def check_entry(path: str, kind: object, mode: object, size: object, target: obj
     if not isinstance(size, int) or not 0 <= size <= max_size:
         raise InvalidEntry(f"{path!r}: size {size!r} is outside 0..{max_size}")
     if kind == "symlink":
-        if not isinstance(target, str) or not target or "\0" in target or len(target.encode()) > MAX_PATH_BYTES:
+        if (not isinstance(target, str) or not target or "\0" in target
+                or len(target.encode()) > MAX_PATH_BYTES):
             raise InvalidEntry(f"{path!r}: invalid link target")
     elif target is not None:
         raise InvalidEntry(f"{path!r}: only a symbolic link has a target")
@@ -104,8 +105,9 @@ def build(entries: dict[str, Entry]) -> BuiltTree:
         for path in children.get(directory, []):
             e = entries[path]
             size = sizes[path] if e.kind == "dir" else e.size
-            rows.append({"name": posixpath.basename(path), "kind": e.kind, "mode": e.mode, "size": size,
-                         "object": dirs[path] if e.kind == "dir" else e.object, "target": e.target})
+            rows.append({"name": posixpath.basename(path), "kind": e.kind, "mode": e.mode,
+                         "size": size, "object": dirs[path] if e.kind == "dir" else e.object,
+                         "target": e.target})
         dirs[directory] = tree_hash(rows)
         sizes[directory] = sum(r["size"] for r in rows)
         trees.append((dirs[directory], rows))

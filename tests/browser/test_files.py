@@ -18,7 +18,8 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 def csp_errors(term: Terminal) -> list[str]:
     errors: list[str] = []
-    term.page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+    term.page.on("console",
+                 lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
     return errors
 
 
@@ -36,7 +37,8 @@ def column(term: Terminal, name: str) -> Any:
 
 def upload(term: Terminal, name: str, content: bytes, path: str = "") -> None:
     term.page.set_input_files("#upload-form input[type=file]",
-                              files=[{"name": name, "mimeType": "application/octet-stream", "buffer": content}])
+                              files=[{"name": name, "mimeType": "application/octet-stream",
+                                      "buffer": content}])
     term.page.fill("#upload-form [name=path]", path)
     term.page.click("#upload-form button[type=submit]")
 
@@ -57,9 +59,11 @@ def test_a_command_that_changes_files_shows_a_summary_that_opens_to_the_list(
     term.expect(items).to_have_text(["added b", "added c", "added d/", "added d/a"])
     term.expect(items.first).to_be_visible()
 
-    term.expect(changed.locator("details.changes summary")).to_have_text("1 added, 1 modified, 1 deleted")
+    term.expect(changed.locator("details.changes summary")).to_have_text(
+        "1 added, 1 modified, 1 deleted")
     changed.locator("details.changes summary").click()
-    term.expect(changed.locator("details.changes li")).to_have_text(["modified b", "deleted c", "added e"])
+    term.expect(changed.locator("details.changes li")).to_have_text(
+        ["modified b", "deleted c", "added e"])
     term.expect(nothing.locator("pre.out")).to_have_text("no files\n")
     term.expect(nothing.locator("details")).to_have_count(0)
     term.page.screenshot(path=str(artifacts / "terminal-changes.png"))
@@ -83,7 +87,8 @@ def test_the_files_panel_lists_the_files_and_a_download_returns_their_bytes(
     term.expect(column(term, "path")).to_have_text(["bin.dat", "link → sub/x.txt", "sub/x.txt"])
     term.expect(column(term, "size")).to_have_text(["8 B", "link", "3 B"])
     term.expect(column(term, "mode")).to_have_text(["644", "777", "600"])
-    term.expect(term.page.locator("#files-list button")).to_have_count(2)  # files only, not the link
+    # files only, not the link
+    term.expect(term.page.locator("#files-list button")).to_have_count(2)
 
     with term.page.expect_download() as download:
         term.page.click("#files-list button[aria-label='download bin.dat']")
@@ -102,7 +107,8 @@ def test_the_files_panel_lists_the_files_and_a_download_returns_their_bytes(
     assert errors == []
 
 
-def test_an_upload_appears_in_the_panel_and_a_following_cat_prints_it(open_terminal: OpenTerminal) -> None:
+def test_an_upload_appears_in_the_panel_and_a_following_cat_prints_it(
+        open_terminal: OpenTerminal) -> None:
     term = open_terminal("alice")
     errors = csp_errors(term)
     term.new_session()
@@ -123,8 +129,10 @@ def test_an_upload_appears_in_the_panel_and_a_following_cat_prints_it(open_termi
     term.expect(column(term, "path")).to_have_text(["docs/all bytes", "docs/notes.txt"])
     term.expect(column(term, "size")).to_have_text(["768 B", f"{len(notes)} B"])
 
-    term.expect(term.run("cat docs/notes.txt").locator("pre.out")).to_have_text("uploaded, ünïcode\n")
-    term.expect(term.run("sha256sum 'docs/all bytes' | cut -d' ' -f1").locator("pre.out")).to_have_text(
+    term.expect(term.run("cat docs/notes.txt").locator("pre.out")).to_have_text(
+        "uploaded, ünïcode\n")
+    term.expect(term.run("sha256sum 'docs/all bytes' "
+                         "| cut -d' ' -f1").locator("pre.out")).to_have_text(
         hashlib.sha256(every_byte).hexdigest() + "\n")
     # Recalling history skips the uploads: they are not commands to run again.
     term.input.press("ArrowUp")
@@ -135,7 +143,8 @@ def test_an_upload_appears_in_the_panel_and_a_following_cat_prints_it(open_termi
     assert errors == []
 
 
-def test_an_upload_to_a_busy_session_shows_the_error_in_the_panel(open_terminal: OpenTerminal) -> None:
+def test_an_upload_to_a_busy_session_shows_the_error_in_the_panel(
+        open_terminal: OpenTerminal) -> None:
     term = open_terminal("alice")
     term.new_session()
     busy = term.submit("echo started; sleep 60")
@@ -168,8 +177,8 @@ def test_a_hostile_file_name_shows_as_text_and_runs_nothing(
     upload(term, "x", b"svg\n", "<svg onload=alert(2)>")
     term.expect(column(term, "path")).to_have_text([HOSTILE, "<svg onload=alert(2)>"])
     term.expect(term.page.locator("#files-message")).to_have_text("Uploaded <svg onload=alert(2)>.")
-    term.expect(term.page.locator("#scrollback article.cmd.upload details.changes summary")).to_have_text(
-        "1 added")
+    term.expect(term.page.locator("#scrollback article.cmd.upload "
+                                  "details.changes summary")).to_have_text("1 added")
 
     term.page.reload()
     open_files(term)

@@ -14,7 +14,8 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 
 def fragment(conn, command_id: int) -> str:
-    return str(one(conn, "SELECT shell.render_command(c) FROM shell.commands c WHERE c.id = %s", (command_id,)))
+    return str(one(conn, "SELECT shell.render_command(c) FROM shell.commands c WHERE c.id = %s",
+                   (command_id,)))
 
 
 def changes(html: str) -> str:
@@ -36,7 +37,8 @@ def test_uploads_show_what_they_changed_with_tenant_paths_escaped(db):
     alice = new_tenant(db, "alice")
     session = alice.session()
     added = one(alice.conn, "SELECT shell_api.upload_file(%s, %s, 'x')", (session, f"d/{HOSTILE}"))
-    modified = one(alice.conn, "SELECT shell_api.upload_file(%s, %s, 'y')", (session, f"d/{HOSTILE}"))
+    modified = one(alice.conn, "SELECT shell_api.upload_file(%s, %s, 'y')",
+                   (session, f"d/{HOSTILE}"))
 
     first = fragment(alice.conn, added)
     assert first.startswith(f'<article class="cmd upload" id="cmd-{added}"')
@@ -68,7 +70,8 @@ def test_the_list_is_cut_after_a_hundred_paths_but_the_counts_are_whole(db):
         root = one(su, "SELECT shell.tree_put_path(%s, ARRAY[%s], jsonb_build_object("
                        "'kind', 'file', 'mode', 420, 'size', 1, 'object', %s::text))",
                    (root, f"f{i:03}", blob))
-    call(su, "UPDATE shell.commands SET root_before = root_after, root_after = %s WHERE id = %s", (root, upload))
+    call(su, "UPDATE shell.commands SET root_before = root_after, root_after = %s WHERE id = %s",
+         (root, upload))
 
     html = changes(fragment(alice.conn, upload))
     assert "<summary>104 added, 1 deleted</summary>" in html
@@ -87,7 +90,8 @@ def test_a_made_up_row_does_not_reveal_another_tenants_changes(db):
     mine = one(alice.conn, "SELECT shell_api.upload_file(%s, 'mine', 'x')", (alice.session(),))
     # Alice's row with Bob's id and roots: the roots are read again, as hers.
     su = superuser(db)
-    bob_row = call(su, "SELECT root_before, root_after FROM shell.commands WHERE id = %s", (bobs,))[0]
+    bob_row = call(su, "SELECT root_before, root_after FROM shell.commands WHERE id = %s",
+                   (bobs,))[0]
     su.close()
     with raises_sqlstate("22023", "command not found"):
         call(alice.conn,

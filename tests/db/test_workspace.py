@@ -19,18 +19,23 @@ BLOB = "ab" * 32
 def test_sql_and_python_hash_trees_alike(db):
     su = superuser(db)
     entries = [
-        {"name": "ünï code", "kind": "file", "mode": 0o644, "size": 3, "object": BLOB, "target": None},
-        {"name": "new\nline", "kind": "symlink", "mode": 0o777, "size": 0, "object": None, "target": "../x y"},
-        {"name": "B", "kind": "dir", "mode": 0o700, "size": 0, "object": EMPTY_TREE, "target": None},
+        {"name": "ünï code", "kind": "file", "mode": 0o644, "size": 3,
+         "object": BLOB, "target": None},
+        {"name": "new\nline", "kind": "symlink", "mode": 0o777, "size": 0,
+         "object": None, "target": "../x y"},
+        {"name": "B", "kind": "dir", "mode": 0o700, "size": 0,
+         "object": EMPTY_TREE, "target": None},
         {"name": "a", "kind": "file", "mode": 0o600, "size": 0, "object": BLOB, "target": None},
     ]
-    assert one(su, "SELECT shell.tree_hash(%s::jsonb)", (json.dumps(entries),)) == tree_hash(entries)
+    assert one(su, "SELECT shell.tree_hash(%s::jsonb)",
+               (json.dumps(entries),)) == tree_hash(entries)
     assert one(su, "SELECT shell.empty_tree()") == EMPTY_TREE
 
 
 def test_a_tree_is_stored_only_when_what_it_refers_to_is(db):
     ex = executor(db)
-    missing = [{"name": "f", "kind": "file", "mode": 420, "size": 3, "object": BLOB, "target": None}]
+    missing = [{"name": "f", "kind": "file", "mode": 420, "size": 3, "object": BLOB,
+                "target": None}]
     with raises_sqlstate("22023", "refers to nothing stored"):
         one(ex, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([missing]),))
     digest = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"  # sha256("hello")
@@ -39,7 +44,8 @@ def test_a_tree_is_stored_only_when_what_it_refers_to_is(db):
     wrong_size = [{**missing[0], "object": digest, "size": 4}]
     with raises_sqlstate("22023"):
         one(ex, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([wrong_size]),))
-    assert one(ex, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([good, good]),)) == [tree_hash(good)] * 2
+    assert one(ex, "SELECT shell.put_trees(%s::jsonb)",
+               (json.dumps([good, good]),)) == [tree_hash(good)] * 2
 
 
 def test_tenants_reach_only_their_own_files(db):
@@ -47,7 +53,8 @@ def test_tenants_reach_only_their_own_files(db):
     mine = alice.session()
     one(alice.conn, "SELECT shell_api.upload_file(%s, 'secret', %s)", (mine, b"alice's"))
     assert bytes(one(alice.conn, "SELECT shell_api.read_file(%s, 'secret')", (mine,))) == b"alice's"
-    for sql in ("SELECT shell_api.read_file(%s, 'secret')", "SELECT * FROM shell_api.session_files(%s)",
+    for sql in ("SELECT shell_api.read_file(%s, 'secret')",
+                "SELECT * FROM shell_api.session_files(%s)",
                 "SELECT shell_api.upload_file(%s, 'x', '\\x00')"):
         with raises_sqlstate("22023", "session not found"):
             call(bob.conn, sql, (mine,))
@@ -62,7 +69,8 @@ def test_tenants_reach_only_their_own_files(db):
     su.close()
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "../secret", "a/../../secret", "a//b", "", "./x", "x/"])
+@pytest.mark.parametrize("path",
+                         ["/etc/passwd", "../secret", "a/../../secret", "a//b", "", "./x", "x/"])
 def test_paths_outside_the_home_are_refused(db, path):
     alice = new_tenant(db, "alice")
     session = alice.session()
@@ -82,7 +90,8 @@ def test_uploads_past_the_quota_store_nothing(db):
     with raises_sqlstate("PT413", "files quota"):
         call(alice.conn, "SELECT shell_api.upload_file(%s, 'b', %s)", (session, b"12345"))
     assert one(su, "SELECT count(*) FROM shell.blobs") == blobs
-    assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)", (session,))] == ["a"]
+    assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)",
+                                    (session,))] == ["a"]
 
 
 def test_an_upload_waits_for_an_idle_session(db):
@@ -104,8 +113,8 @@ def test_retention_removes_only_what_nothing_retained_reaches(db):
     # fork's root too: nothing may go yet.
     assert call(su, "SELECT * FROM shell.collect_files('0')") == [{"trees": 0, "blobs": 0}]
     # Without the entries and the fork, "old" and its trees are unreachable.
-    su.cursor().execute("UPDATE shell.sessions SET forked_from_command_id = NULL, root = NULL WHERE id = %s",
-                        (fork,))
+    su.cursor().execute("UPDATE shell.sessions SET forked_from_command_id = NULL, root = NULL "
+                        "WHERE id = %s", (fork,))
     su.cursor().execute("DELETE FROM shell.commands WHERE id IN (%s, %s)", (first, second))
     result = call(su, "SELECT * FROM shell.collect_files('0')")[0]
     assert result["blobs"] == 1 and result["trees"] >= 2
@@ -121,19 +130,24 @@ def test_claiming_prefers_the_host_whose_copy_is_current_for_a_short_grace(db):
     here, there = executor(db), executor(db)
 
     def claim(conn, host: str, grace_ms: int) -> list:
-        return call(conn, "SELECT command_id, root FROM shell.claim_commands('w-' || %s, 1, 30, %s, %s)",
+        return call(conn, "SELECT command_id, root "
+                          "FROM shell.claim_commands('w-' || %s, 1, 30, %s, %s)",
                     (host, host, grace_ms))
 
     su = superuser(db)
-    su.cursor().execute("UPDATE shell.lanes SET cached_on = 'here' WHERE session_id = %s", (session,))
+    su.cursor().execute("UPDATE shell.lanes SET cached_on = 'here' WHERE session_id = %s",
+                        (session,))
     first = alice.submit(session, "echo 1")
-    assert claim(there, "there", 10_000) == []  # within the grace: left to the host holding the files
+    # within the grace: left to the host holding the files
+    assert claim(there, "there", 10_000) == []
     assert [r["command_id"] for r in claim(here, "here", 10_000)] == [first]
-    su.cursor().execute("UPDATE shell.commands SET status = 'cancelled', completed_at = now() WHERE id = %s",
-                        (first,))
-    su.cursor().execute("UPDATE shell.lanes SET active_command_id = NULL WHERE session_id = %s", (session,))
+    su.cursor().execute("UPDATE shell.commands SET status = 'cancelled', completed_at = now() "
+                        "WHERE id = %s", (first,))
+    su.cursor().execute("UPDATE shell.lanes SET active_command_id = NULL WHERE session_id = %s",
+                        (session,))
     second = alice.submit(session, "echo 2")
-    assert [r["command_id"] for r in claim(there, "there", 0)] == [second]  # no grace: anyone takes it
+    # no grace: anyone takes it
+    assert [r["command_id"] for r in claim(there, "there", 0)] == [second]
     with raises_sqlstate("22023", "p_grace_ms"):
         claim(there, "there", -1)
 
@@ -146,8 +160,8 @@ def test_an_upload_never_replaces_a_directory(db):
         call(alice.conn, "SELECT shell_api.upload_file(%s, 'd', 'y')", (session,))
     with raises_sqlstate("22023", "not a directory"):
         call(alice.conn, "SELECT shell_api.upload_file(%s, 'd/inside/deeper', 'y')", (session,))
-    assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)", (session,))] == [
-        "d", "d/inside"]
+    assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)",
+                                    (session,))] == ["d", "d/inside"]
 
 
 def test_changes_of_an_unfinished_command_are_refused(db):

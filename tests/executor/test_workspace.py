@@ -21,12 +21,14 @@ def daemon(make_daemon):
 
 
 def files(shell, command_id: int | None = None) -> dict[str, dict]:
-    rows = call(shell.conn, "SELECT * FROM shell_api.session_files(%s, %s)", (shell.session_id, command_id))
+    rows = call(shell.conn, "SELECT * FROM shell_api.session_files(%s, %s)",
+                (shell.session_id, command_id))
     return {r["path"]: r for r in rows}
 
 
 def read(shell, path: str, command_id: int | None = None) -> bytes:
-    return bytes(one(shell.conn, "SELECT shell_api.read_file(%s, %s, %s)", (shell.session_id, path, command_id)))
+    return bytes(one(shell.conn, "SELECT shell_api.read_file(%s, %s, %s)",
+                     (shell.session_id, path, command_id)))
 
 
 def changes(shell, command_id: int) -> set[tuple[str, str]]:
@@ -35,32 +37,37 @@ def changes(shell, command_id: int) -> set[tuple[str, str]]:
 
 
 def test_files_directories_symlinks_and_modes_are_stored(daemon, shell):
-    row = shell.run("mkdir -p src/empty && printf 'print(1)\\n' > src/main.py && chmod 750 src/main.py"
+    row = shell.run("mkdir -p src/empty && printf 'print(1)\\n' > src/main.py"
+                    " && chmod 750 src/main.py"
                     " && ln -s src/main.py link && ln -s /etc/passwd outside && printf '' > empty")
     assert row["status"] == "done", row["output"]
     stored = files(shell)
     assert stored["src"]["kind"] == "dir" and stored["src/empty"]["kind"] == "dir"
-    assert (stored["src/main.py"]["kind"], stored["src/main.py"]["mode"], stored["src/main.py"]["size"]) == (
-        "file", 0o750, 9)
+    assert (stored["src/main.py"]["kind"], stored["src/main.py"]["mode"],
+            stored["src/main.py"]["size"]) == ("file", 0o750, 9)
     assert (stored["link"]["kind"], stored["link"]["target"]) == ("symlink", "src/main.py")
     assert stored["outside"]["target"] == "/etc/passwd"  # a link is stored, never followed
     assert stored["empty"]["size"] == 0
     assert read(shell, "src/main.py") == b"print(1)\n"
     assert read(shell, "empty") == b""
     assert row["root_after"] != row["root_before"]
-    assert one(shell.conn, "SELECT root FROM shell.sessions WHERE id = %s", (shell.session_id,)) == row["root_after"]
+    assert one(shell.conn, "SELECT root FROM shell.sessions WHERE id = %s",
+               (shell.session_id,)) == row["root_after"]
 
 
 def test_entries_their_owner_cannot_read_or_write_are_captured_with_their_modes(daemon, shell):
-    row = shell.run("mkdir -p locked/inner && echo secret > locked/inner/f && echo hidden > unreadable"
-                    " && chmod 000 unreadable locked/inner/f && chmod 500 locked/inner && chmod 000 locked")
+    row = shell.run("mkdir -p locked/inner && echo secret > locked/inner/f"
+                    " && echo hidden > unreadable"
+                    " && chmod 000 unreadable locked/inner/f && chmod 500 locked/inner"
+                    " && chmod 000 locked")
     assert row["status"] == "done", row["output"]
     stored = files(shell)
-    assert [stored[p]["mode"] for p in ("locked", "locked/inner", "locked/inner/f", "unreadable")] == [
-        0, 0o500, 0, 0]
+    assert [stored[p]["mode"] for p in ("locked", "locked/inner", "locked/inner/f",
+                                        "unreadable")] == [0, 0o500, 0, 0]
     assert read(shell, "locked/inner/f") == b"secret\n"
     assert read(shell, "unreadable") == b"hidden\n"
-    row = shell.run("stat -c %a locked unreadable; chmod 700 locked; cat locked/inner/f 2>&1; echo $?")
+    row = shell.run("stat -c %a locked unreadable; chmod 700 locked;"
+                    " cat locked/inner/f 2>&1; echo $?")
     assert row["output"] == "0\n0\ncat: locked/inner/f: Permission denied\n1\n", row["output"]
 
 
@@ -74,7 +81,8 @@ def test_deletions_renames_and_odd_names_are_captured(daemon, shell):
     assert read(shell, "renamed/b/one") == b"1\n"
     assert read(shell, "still with space") == b"3\n"
     assert read(shell, "new\nline") == b"4\n"
-    assert {("a", "deleted"), ("a/b/one", "deleted"), ("renamed", "added"), ("renamed/b/one", "added"),
+    assert {("a", "deleted"), ("a/b/one", "deleted"), ("renamed", "added"),
+            ("renamed/b/one", "added"),
             ("two", "deleted"), ("still with space", "added")} <= changes(shell, row["id"])
 
 
@@ -95,14 +103,17 @@ def test_fork_starts_with_the_files_right_after_its_command(daemon, shell, make_
     assert row["output"] == f"{ROOT}/w\nv1\nf\n", row["output"]
 
 
-def test_replay_from_the_middle_starts_from_the_files_its_command_started_from(daemon, shell, make_shell):
+def test_replay_from_the_middle_starts_from_the_files_its_command_started_from(daemon, shell,
+                                                                              make_shell):
     shell.run("mkdir d && cd d && echo start > log")
     second = shell.run("echo more >> log && cat log")
     shell.run("echo end >> log")
-    replay_id = one(shell.conn, "SELECT shell_api.replay_session(%s, %s)", (shell.session_id, second["id"]))
+    replay_id = one(shell.conn, "SELECT shell_api.replay_session(%s, %s)",
+                    (shell.session_id, second["id"]))
     replay = make_shell("alice")
     replay.session_id = replay_id
-    ids = [r["id"] for r in call(replay.conn, "SELECT id FROM shell.commands WHERE session_id = %s ORDER BY id",
+    ids = [r["id"] for r in call(replay.conn,
+                                 "SELECT id FROM shell.commands WHERE session_id = %s ORDER BY id",
                                  (replay_id,))]
     rows = [replay.wait(i) for i in ids]
     assert rows[0]["output"] == second["output"] == "start\nmore\n"

@@ -70,8 +70,8 @@ def test_a_whole_conversation() -> None:
     stream = (frame(b"o", b"hello world") + frame(b"s", b"/home/sandbox\0A=1\0")
               + json_frame(b"x", {"status": 3}) + json_frame(b"m", manifest)
               + json_frame(b"M", {"entries": 2, "skipped": [["p", "fifo"]]})
-              + json_frame(b"f", {"path": "d/f"}) + frame(b"d", b"abc") + json_frame(b"F", {"ok": True})
-              + frame(b"e"))
+              + json_frame(b"f", {"path": "d/f"}) + frame(b"d", b"abc")
+              + json_frame(b"F", {"ok": True}) + frame(b"e"))
     out = "".join(talk.feed(piece) for piece in chunked(stream, 7))
     assert out.startswith("hello") and talk.capper.truncated
     assert (talk.state, talk.status, talk.ended) == (b"/home/sandbox\0A=1\0", 3, True)

@@ -58,7 +58,8 @@ def test_odd_but_valid_names_pass() -> None:
 
 
 @pytest.mark.parametrize("kind, mode, size, target", [
-    ("fifo", 0o644, 0, None), ("file", -1, 0, None), ("file", 0o10000, 0, None), ("file", 0o644, -1, None),
+    ("fifo", 0o644, 0, None), ("file", -1, 0, None), ("file", 0o10000, 0, None),
+    ("file", 0o644, -1, None),
     ("file", 0o644, 11, None), ("symlink", 0o777, 0, None), ("symlink", 0o777, 0, ""),
     ("file", 0o644, 1, "x"),
 ])
