@@ -44,100 +44,108 @@ from tests.support import call
 
 ENGINE_START_S = 90
 LOAD_IMAGE_S = 600
+# Sparse: it takes what the image and the volumes use (well under 1 GiB).
+DISK_SIZE = "16G"
 
 
-@dataclass
 class Engine:
-    """A dockerd started by this run; ``host`` is its DOCKER_HOST."""
+    """A dockerd started by this run; ``host`` is its DOCKER_HOST.
 
-    root: Path
-    proc: subprocess.Popen[bytes]
-    host: str
-    client: Any
+    Its data root is an ext4 file system of its own (an image file, mounted
+    through a loop device): overlay2 needs a backing file system that is not
+    itself an overlay, and the test machine's /var/tmp may be one (inside a
+    container); there dockerd would fall back to vfs, whose containers cannot
+    even stat their entrypoint as a non-root user."""
 
-    @property
-    def log_path(self) -> Path:
-        return self.root / "dockerd.log"
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.host = f"unix://{root / 'docker.sock'}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: Any = None
 
     def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+        log = self.root / "dockerd.log"
+        return log.read_text(errors="replace")[-4000:] if log.exists() else ""
 
+    def start(self) -> None:
+        data, disk = self.root / "data", self.root / "disk.ext4"
+        data.mkdir()
+        (self.root / "exec").mkdir()
+        for argv in (["truncate", "--size", DISK_SIZE, str(disk)],
+                     ["mkfs.ext4", "-q", "-F", str(disk)],
+                     ["mount", "-o", "loop", str(disk), str(data)]):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, (argv, done.stderr)
+        with open(self.root / "dockerd.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                ["unshare", "--net", "dockerd", "--data-root", str(data),
+                 "--exec-root", str(self.root / "exec"), "-H", self.host,
+                 "--pidfile", str(self.root / "docker.pid"),
+                 "--bridge=none", "--iptables=false", "--ip-masq=false"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)  # a Ctrl-C of pytest must not reach it before the teardown
+        deadline = time.monotonic() + ENGINE_START_S
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"the second dockerd exited {self.proc.returncode}:\n{self.log_tail()}")
+            if (self.root / "docker.sock").exists():
+                client = docker.DockerClient(base_url=self.host, timeout=120)
+                try:
+                    client.ping()
+                    self.client = client
+                    return
+                except Exception:
+                    client.close()
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the second dockerd did not answer on {self.host}:\n{self.log_tail()}")
+            time.sleep(0.2)
 
-def start_engine(root: Path) -> Engine:
-    socket_path = root / "docker.sock"
-    host = f"unix://{socket_path}"
-    (root / "data").mkdir()
-    (root / "exec").mkdir()
-    with open(root / "dockerd.log", "ab") as log:
-        proc = subprocess.Popen(
-            ["unshare", "--net", "dockerd", "--data-root", str(root / "data"),
-             "--exec-root", str(root / "exec"), "-H", host, "--pidfile", str(root / "docker.pid"),
-             "--bridge=none", "--iptables=false", "--ip-masq=false"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)  # a Ctrl-C of pytest must not reach it before the teardown
-    engine = Engine(root, proc, host, None)
-    deadline = time.monotonic() + ENGINE_START_S
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"the second dockerd exited {proc.returncode}:\n{engine.log_tail()}")
-        if socket_path.exists():
-            client = docker.DockerClient(base_url=host, timeout=120)
+    def load_image(self, image: str) -> None:
+        """`docker save IMAGE | docker -H B load`: B has no registry to pull from."""
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert save.stdout is not None
+        load = subprocess.run(["docker", "-H", self.host, "load"], stdin=save.stdout,
+                              capture_output=True, timeout=LOAD_IMAGE_S)
+        save.stdout.close()
+        save_err = save.stderr.read() if save.stderr else b""
+        save.wait(LOAD_IMAGE_S)
+        assert save.returncode == 0 and load.returncode == 0, (save_err, load.stdout, load.stderr)
+        assert self.client.images.get(image).id == image, "the loaded image has another id"
+
+    def stop(self) -> None:
+        """Everything on it, then the engine (and the containerd it started),
+        then whatever is mounted under its root (its disk last), then the root.
+        Also after a start that failed half-way."""
+        if self.client is not None:
             try:
-                client.ping()
-                engine.client = client
-                return engine
+                for container in self.client.containers.list(all=True, sparse=True):
+                    container.remove(force=True)
+                for volume in self.client.volumes.list():
+                    volume.remove(force=True)
             except Exception:
-                client.close()
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"the second dockerd did not answer on {host}:\n{engine.log_tail()}")
-        time.sleep(0.2)
-
-
-def load_image(engine: Engine, image: str) -> None:
-    """`docker save IMAGE | docker -H B load`: B has no registry to pull from."""
-    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert save.stdout is not None
-    load = subprocess.run(["docker", "-H", engine.host, "load"], stdin=save.stdout,
-                          capture_output=True, timeout=LOAD_IMAGE_S)
-    save.stdout.close()
-    save_err = save.stderr.read() if save.stderr else b""
-    save.wait(LOAD_IMAGE_S)
-    assert save.returncode == 0 and load.returncode == 0, (save_err, load.stdout, load.stderr)
-    assert engine.client.images.get(image).id == image, "the loaded image has another id"
-
-
-def stop_engine(engine: Engine) -> None:
-    """Everything on it, then the engine (and the containerd it started),
-    then whatever it left mounted under its root, then the root."""
-    if engine.client is not None:
-        try:
-            for container in engine.client.containers.list(all=True, sparse=True):
-                container.remove(force=True)
-            for volume in engine.client.volumes.list():
-                volume.remove(force=True)
-        except Exception:
-            pass  # an engine that broke is stopped all the same
-        engine.client.close()
-    if engine.proc.poll() is None:
-        engine.proc.send_signal(signal.SIGTERM)
-        try:
-            engine.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            engine.proc.kill()
-            engine.proc.wait()
-    containerd_pid = engine.root / "exec" / "containerd" / "containerd.pid"
-    if containerd_pid.exists():
-        # Only after a dockerd that had to be killed: its containerd lives on.
-        try:
-            os.kill(int(containerd_pid.read_text().strip()), signal.SIGKILL)
-        except (ValueError, ProcessLookupError):
-            pass
-    for mount in mounts_under(engine.root):
-        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
-    shutil.rmtree(engine.root, ignore_errors=True)
+                pass  # an engine that broke is stopped all the same
+            self.client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        containerd_pid = self.root / "exec" / "containerd" / "containerd.pid"
+        if containerd_pid.exists():
+            # Only after a dockerd that had to be killed: its containerd lives on.
+            try:
+                os.kill(int(containerd_pid.read_text().strip()), signal.SIGKILL)
+            except (ValueError, ProcessLookupError):
+                pass
+        for mount in mounts_under(self.root):
+            # Lazy: the loop device of the disk is freed once nothing uses it.
+            subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -156,19 +164,15 @@ def second_engine(docker_client: Any, sandbox_image: str) -> Iterator[Engine]:
     """Host B's Docker engine, with the sandbox image loaded; stopped and
     its data root removed at the end, after a failure too."""
     require(os.geteuid() == 0, "root (a second dockerd is started)")
-    for tool in ("dockerd", "unshare", "docker"):
+    for tool in ("dockerd", "unshare", "docker", "mkfs.ext4"):
         require(shutil.which(tool) is not None, f"the {tool} command")
-    root = Path(tempfile.mkdtemp(prefix="pgtest-host-", dir="/var/tmp"))
-    engine: Engine | None = None
+    engine = Engine(Path(tempfile.mkdtemp(prefix="pgtest-host-", dir="/var/tmp")))
     try:
-        engine = start_engine(root)
-        load_image(engine, sandbox_image)
+        engine.start()
+        engine.load_image(sandbox_image)
         yield engine
     finally:
-        if engine is not None:
-            stop_engine(engine)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        engine.stop()
 
 
 # -- one executor per host --------------------------------------------------------

@@ -130,6 +130,25 @@ def test_a_read_only_directory_is_brought_up_to_date_on_a_host_holding_an_older_
     assert run_on(a, shell, "stat -c %a ro; ls ro; cat ro/b")["output"] == "555\nb\nb\n"
 
 
+def test_files_and_directories_their_owner_locked_travel_with_their_modes(
+        hosts: Hosts, shell: Shell) -> None:
+    a, b = hosts
+    a.start()
+    run_on(a, shell, "echo s > secret && chmod 000 secret"
+                     " && mkdir hidden && echo h > hidden/f && chmod 300 hidden")
+    a.stop()
+
+    b.start()
+    row = run_on(b, shell, "stat -c '%a %n' secret hidden; chmod 700 hidden && cat hidden/f"
+                           " && chmod 600 secret && cat secret && echo more > hidden/g")
+    assert row["output"] == "0 secret\n300 hidden\nh\ns\n"
+    b.stop()
+
+    a.start()  # an older copy, with the modes A's command left
+    row = run_on(a, shell, "stat -c '%a %n' secret hidden; cat secret hidden/f hidden/g")
+    assert row["output"] == "600 secret\n700 hidden\ns\nh\nmore\n"
+
+
 def test_a_host_holding_an_older_copy_never_uses_it(hosts: Hosts, shell: Shell) -> None:
     a, b = hosts
     a.start()
