@@ -4,10 +4,13 @@ receive its changes; after it, the new root and what to tell the user."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from executor.db.workspace import WorkspaceStore
 from executor.sandbox import RunRequest, RunResult, Sandbox
+from executor.sandbox.protocol import Conversation
 
 from .cache import HostCache
 from .capture import Capture, Captured
@@ -32,7 +35,7 @@ class HostFiles:
     def prepare(self, store: WorkspaceStore, req: RunRequest, root: str | None) -> Capture:
         """Restores the copy if needed (RestoreFailed, SandboxError), then
         distrusts it: from here on only a commit vouches for it."""
-        def restorer(header, tar):  # type: ignore[no-untyped-def]
+        def restorer(header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
             return self._sandbox.restore(req, header, tar)
 
         try:

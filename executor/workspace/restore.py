@@ -24,7 +24,7 @@ from .cache import HostCache, Index
 BLOCK = 512
 TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}
 
-# (session id, header, tar stream) -> the restore container's conversation
+# (header, tar stream) -> the restore container's conversation
 Restorer = Callable[[dict[str, Any], Iterable[bytes]], Any]
 
 
@@ -45,9 +45,11 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
     listing = store.listing(root)
     if index is not None and index.root is not None:
         changes = store.diff(index.root, root)
+        # Everything deleted or replaced goes first; a directory whose mode
+        # alone changed stays (its entry in the tar sets the mode).
         delete = [c["path"] for c in changes
-                  if c["change"] == "deleted" or (c["change"] == "modified" and c["kind"] != "dir")
-                  or (c["change"] == "modified" and c["old_kind"] != "dir")]
+                  if c["change"] == "deleted"
+                  or (c["change"] == "modified" and not c["kind"] == c["old_kind"] == "dir")]
         writes = [c for c in changes if c["change"] != "deleted"]
         header: dict[str, Any] = {"wipe": False, "delete": delete}
     else:
