@@ -1,97 +1,164 @@
 """Settings: environment variables with the PG_SHELL_ prefix (and DATABASE_URL),
-validated when a command starts, never read at import time."""
+validated when a command starts, never read at import time.
+
+Every setting is one field of `Settings` with its meaning in `description`: the
+README's configuration table is generated from them (ops/settings-table).
+`OPS_ONLY_VARIABLES` lists the PG_SHELL_* names that only the set-up scripts,
+docker-compose or the tests read, so that any other PG_SHELL_* name that is
+not a setting can be refused as a typo (executor/environment.py)."""
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from executor import environment
 from executor.errors import ConfigError
+from executor.resources import resource_dir
 
 if TYPE_CHECKING:
     from executor.sandbox.model import Limits
 
 MiB = 1024 * 1024
+# Where a session's files are mounted in its container. Fixed: the image's home
+# directory, the SQL defaults of new sessions and replays, and the workspace
+# capture all assume it, and a tenant never sees the host's paths anyway.
+SHELL_ROOT = "/home/sandbox"
+# Read by ops/ scripts, docker-compose.yml or the tests, never by `pg-shell`.
+OPS_ONLY_VARIABLES = (
+    "PG_SHELL_STATE_DIR",                # ops/lib.sh: logs, pids, the persistent cluster
+    "PG_SHELL_BASE_IMAGE",               # ops/build-sandbox-image: the debootstrap'd base
+    "PG_SHELL_BASE_SUITE",
+    "PG_SHELL_SANDBOX_REPO",
+    "PG_SHELL_ROOTLESS_USER",            # ops/rootless-docker
+    "PG_SHELL_DB_PASSWORD",              # docker-compose.yml
+    "PG_SHELL_AUTHENTICATOR_PASSWORD",
+    "PG_SHELL_HTTP_BIND",
+    "PG_SHELL_HTTP_PORT",
+    "PG_SHELL_DOCKER_SOCKET",
+    "PG_SHELL_CANARY",                   # tests: a secret that must never reach a container
+    "PG_SHELL_TEST_SECRET",
+)
+log = logging.getLogger(__name__)
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PG_SHELL_", extra="ignore")
 
+    # -- the database and the gateway
     database_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("PG_SHELL_DATABASE_URL", "DATABASE_URL")
-    )
-    # The gateway logs in as shell_authenticator (PostgREST's model); without
-    # this it uses DATABASE_URL and switches roles per request all the same.
-    gateway_database_url: str | None = None
-    listen_host: str = "127.0.0.1"
-    listen_port: int = Field(default=8080, ge=1, le=65535)
-    html_dir: str = str(Path(__file__).resolve().parents[1] / "html")
+        default=None, validation_alias=AliasChoices("PG_SHELL_DATABASE_URL", "DATABASE_URL"),
+        description="PostgreSQL connection string (`PG_SHELL_DATABASE_URL` wins if both are set)")
+    gateway_database_url: str | None = Field(
+        default=None,
+        description="the gateway's login, shell_authenticator as with PostgREST (unset: "
+                    "`DATABASE_URL`, switching roles per request all the same)")
+    executor_role: str = Field(default="shell_executor",
+                               description="the role the executor switches to after connecting")
+    listen_host: str = Field(default="127.0.0.1", description="where `pg-shell serve` listens")
+    listen_port: int = Field(default=8080, ge=1, le=65535, description="its port")
+    html_dir: str = Field(default_factory=lambda: str(resource_dir("html")),
+                          description="the web UI's files")
 
-    # The headless CLI (`pg-shell run`, …): where the HTTP API is, the token
-    # (else the one `pg-shell login` saved) and the default session.
-    url: str = Field(default="http://127.0.0.1:8080", pattern=r"^https?://[^\s]+$")
-    token: str | None = Field(default=None, repr=False)
-    session: str | None = None
+    # -- the headless CLI (`pg-shell run`, …)
+    url: str = Field(default="http://127.0.0.1:8080", pattern=r"^https?://[^\s]+$",
+                     description="where the CLI finds the HTTP API")
+    token: str | None = Field(default=None, repr=False,
+                              description="the CLI's token (unset: the one `pg-shell login` saved)")
+    session: str | None = Field(default=None, description="the CLI's default session")
 
-    # The role the executor acts as after connecting (it needs nothing more).
-    executor_role: str = "shell_executor"
-    worker_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")
-    concurrency: int = Field(default=4, ge=1, le=256)
-    # This host's name for claim affinity: executors sharing one engine and
-    # volumes directory share it. Another host leaves a session whose files
-    # this host holds for affinity_grace_ms, then takes it.
-    host_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$")
-    affinity_grace_ms: int = Field(default=50, ge=0, le=10000)
-    poll_interval_s: float = Field(default=1.0, gt=0, le=60)
-    lease_s: int = Field(default=30, ge=5, le=3600)
-    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=600)
-    reap_interval_s: float = Field(default=60.0, gt=0)
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
-    output_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
+    # -- the executor: identity, claiming, leases
+    worker_id: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$",
+        description="a stable id lets a restarted executor settle its predecessor's commands at "
+                    "once (unset: generated per process)")
+    concurrency: int = Field(default=4, ge=1, le=256,
+                             description="commands run at once (different sessions)")
+    host_id: str = Field(
+        default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_.:@-]{1,200}$",
+        description="this host's name for claim affinity (executors sharing an engine and a "
+                    "volumes directory share it)")
+    affinity_grace_ms: int = Field(
+        default=50, ge=0, le=10000,
+        description="how long other hosts leave a session whose files this host holds")
+    poll_interval_s: float = Field(default=1.0, gt=0, le=60,
+                                   description="fallback poll when no NOTIFY arrives")
+    lease_s: int = Field(default=30, ge=5, le=3600, description="lease on a claimed command")
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=600,
+                                        description="how often leases are renewed")
+    reap_interval_s: float = Field(default=60.0, gt=0,
+                                   description="how often leftover containers are looked for")
+    shutdown_grace_s: float = Field(default=30.0, ge=0,
+                                    description="on SIGTERM, how long running commands may finish")
+    output_flush_interval_s: float = Field(
+        default=0.05, gt=0, le=5, description="how often streamed output is written")
 
-    # Prometheus metrics: the executor serves /metrics on this address (port
-    # 0: not at all); it and the gateway read the queue depth this often.
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = Field(default=9464, ge=0, le=65535)
-    metrics_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # -- metrics
+    metrics_host: str = Field(default="127.0.0.1",
+                              description="where the executor serves Prometheus `/metrics`")
+    metrics_port: int = Field(default=9464, ge=0, le=65535,
+                              description="its port (0: off); the gateway serves `/metrics` itself")
+    metrics_interval_s: float = Field(
+        default=5.0, gt=0, le=3600,
+        description="how often the executor and the gateway read the queue depth")
 
-    image: str = "pg-shell-sandbox:latest"
-    # Deployments (or test runs) sharing one engine need distinct scopes:
-    # an executor reaps leftover containers only within its own scope.
-    scope: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    docker_host: str | None = None
-    allow_rootful: bool = False
-    shell_root: str = Field(default="/home/sandbox", pattern=r"^/[A-Za-z0-9_./-]*[A-Za-z0-9_-]$")
+    # -- the engine and the image
+    image: str = Field(
+        default="pg-shell-sandbox:latest",
+        description="the sandbox image (pinned to its digest at start-up; an image promoted with "
+                    "`pg-shell image promote` takes precedence)")
+    scope: str = Field(
+        default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="label of this deployment's containers: executors reap leftovers only within "
+                    "their scope, so deployments sharing an engine need distinct scopes")
+    docker_host: str | None = Field(default=None,
+                                    description="the Docker engine (unset: `DOCKER_HOST`)")
+    allow_rootful: bool = Field(default=False, description="accept a rootful engine")
 
-    timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600)
-    memory_mb: int = Field(default=256, ge=16)
-    pids: int = Field(default=128, ge=8)
-    cpus: float = Field(default=1.0, gt=0)
-    nofile: int = Field(default=256, ge=16)
-    fsize_mb: int = Field(default=64, ge=1)
-    tmpfs_mb: int = Field(default=16, ge=1)
-    output_cap_bytes: int = Field(default=MiB, ge=1024)
-    disk_quota: Literal["loop", "none"] = "loop"
-    disk_quota_mb: int = Field(default=256, ge=8)
-    volumes_dir: str = "/var/lib/pg-shell/volumes"
+    # -- per-command limits
+    timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600,
+                             description="wall-clock limit; exit 124, reason `timeout`")
+    memory_mb: int = Field(default=256, ge=16,
+                           description="memory = memory+swap; exit 137, reason `oom`")
+    pids: int = Field(default=128, ge=8, description="processes and threads")
+    cpus: float = Field(default=1.0, gt=0, description="CPUs (fractions allowed)")
+    nofile: int = Field(default=256, ge=16, description="open files")
+    fsize_mb: int = Field(default=64, ge=1, description="largest file a command may write")
+    tmpfs_mb: int = Field(default=16, ge=1, description="size of the `/tmp` tmpfs")
+    output_cap_bytes: int = Field(
+        default=MiB, ge=1024, description="output beyond this is dropped after a visible marker")
+    disk_quota: Literal["loop", "none"] = Field(
+        default="loop", description="`loop`: each session's home is a fixed-size ext4 image on a "
+                                    "loop device; `none`: a plain volume (rootless engines)")
+    disk_quota_mb: int = Field(default=256, ge=8, description="size of a session's home")
+    volumes_dir: str = Field(default="/var/lib/pg-shell/volumes",
+                             description="where the session images (`loop` quota) live")
+    signing_key_file: str = Field(
+        default="/var/lib/pg-shell/signing-key",
+        description="the Ed25519 key that signs result records (created, mode 0600, if absent); "
+                    "the database only ever sees its public half")
 
-    # Result records are signed with this Ed25519 key (created, mode 0600, if
-    # absent); the database only ever sees its public half.
-    signing_key_file: str = "/var/lib/pg-shell/signing-key"
+    # -- `pg-shell cleanup` (signed chain checkpoints keep removed history verifiable)
+    retention_days: float = Field(default=90, gt=0,
+                                  description="ended commands older than this are removed")
+    volume_idle_days: float = Field(default=90, gt=0,
+                                    description="session volumes idle this long are deleted")
+    loop_idle_minutes: float = Field(
+        default=60, gt=0, description="loop devices of sessions idle this long are detached")
+    cleanup_interval_s: float = Field(default=3600, gt=0,
+                                      description="seconds between rounds of the cleanup daemon")
+    retention_batch: int = Field(default=1000, ge=1, le=100000,
+                                 description="commands removed per transaction")
 
-    # `pg-shell cleanup`: ended commands older than this are removed (their
-    # chains stay verifiable from a checkpoint); session volumes idle this
-    # long are deleted; loop devices of sessions idle this long are detached.
-    retention_days: float = Field(default=90, gt=0)
-    volume_idle_days: float = Field(default=90, gt=0)
-    loop_idle_minutes: float = Field(default=60, gt=0)
-    cleanup_interval_s: float = Field(default=3600, gt=0)
-    retention_batch: int = Field(default=1000, ge=1, le=100000)
+    @property
+    def shell_root(self) -> str:
+        return SHELL_ROOT
 
     def limits(self) -> Limits:
         """The per-command limits these settings give every container."""
@@ -115,13 +182,29 @@ class Settings(BaseSettings):
         return self.worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
 
 
+def setting_variables() -> dict[str, str]:
+    """Each environment variable a setting is read from → the setting's field name."""
+    names: dict[str, str] = {}
+    for field, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [f"PG_SHELL_{field}"]
+        names.update({str(choice).upper(): field for choice in choices})
+    return names
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Reads the environment; a bad value becomes one clear ConfigError."""
+    """Reads the environment; a bad value, or a PG_SHELL_* name that is no
+    setting, becomes one clear ConfigError. The original pg_shell's names are
+    read as aliases, with a warning each."""
+    environ = os.environ
+    variables = setting_variables()
+    environment.refuse_unknown(environ, variables, OPS_ONLY_VARIABLES)
+    legacy = environment.read_legacy(environ, variables)
+    for warning in legacy.warnings:
+        log.warning("%s", warning)
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**{**legacy.values, **overrides})  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(
-            f"PG_SHELL_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
-            for err in exc.errors()
-        )
+            f"{legacy.source_of(str(err['loc'][0]))}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from exc

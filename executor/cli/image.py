@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,8 @@ from executor.errors import PgShellError
 
 def register(commands: Commands) -> None:
     image = commands.add_parser(
-        "image", help="roll out sandbox images (over DATABASE_URL and the Docker engine)",
+        "image", help="roll out and build sandbox images (over DATABASE_URL and the Docker "
+                      "engine)",
         description="Promote a new sandbox image, list images and what ran on them, prune old "
                     "ones. Running executors start new commands on the promoted image within one "
                     "maintenance round (PG_SHELL_HEARTBEAT_INTERVAL_S); running commands finish on "
@@ -50,6 +52,12 @@ def register(commands: Commands) -> None:
     prune.add_argument("--force", action="store_true", help="also remove images commands ran on")
     prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     prune.set_defaults(handler=cmd_prune)
+    build = actions.add_parser(
+        "build", help="build the sandbox image from the files installed with pg-shell",
+        description="Build the image every command runs in (a debootstrap'd base, then the "
+                    "Dockerfile shipped with pg-shell) unless an identical one exists; print its "
+                    "id last. Needs root and debootstrap for the base. Promote it afterwards.")
+    build.set_defaults(handler=cmd_build)
 
 
 def _engine(settings: Settings) -> Any:
@@ -188,3 +196,16 @@ def _text(value: Any) -> str | None:
     if isinstance(value, datetime):
         return value.isoformat()
     return str(value) if value is not None else None
+
+
+def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
+    """Runs the shipped ops/build-sandbox-image on the shipped build context."""
+    import subprocess
+
+    from executor.resources import resource_dir
+
+    script = resource_dir("ops/build-sandbox-image")
+    env = dict(os.environ)
+    if settings.docker_host:  # the engine the executor uses, as the docker CLI spells it
+        env["DOCKER_HOST"] = settings.docker_host
+    return subprocess.run(["bash", str(script)], env=env, check=False).returncode

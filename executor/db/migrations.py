@@ -12,8 +12,9 @@ from typing import Any
 
 from executor.db.connection import Connection, query, transaction
 from executor.errors import MigrationError
+from executor.resources import resource_dir
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = resource_dir("sql")
 GRANTS = "grants"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # Serializes concurrent `migrate` runs against one database.

@@ -1,0 +1,202 @@
+"""PostgREST's query grammar over a set-returning function's rows, as SQL.
+
+The shape of a query (which columns, which conditions, which order, which
+page) arrives already parsed and checked by the gateway. Here it becomes one
+statement, `SELECT … FROM shell_api.fn(args) AS r WHERE … ORDER BY … LIMIT …
+OFFSET …`, composed with psycopg2.sql: identifiers are the function's result
+columns as the catalog names them (never request text), values are bound
+parameters, and the output columns get positional names (c0, c1, …) so that
+request-chosen aliases never reach SQL at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from psycopg2 import sql
+
+# The comparison operators, each as fixed SQL text chosen by name.
+COMPARISONS = {"eq": "=", "neq": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<=",
+               "like": "LIKE", "ilike": "ILIKE"}
+# `is.<value>`: the values PostgREST accepts, each as fixed SQL text.
+IS_VALUES = {"null": "NULL", "not_null": "NOT NULL", "true": "TRUE", "false": "FALSE",
+             "unknown": "UNKNOWN"}
+
+RESULT_COLUMNS = """
+SELECT p.proname AS function, a.name AS column
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+CROSS JOIN LATERAL unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(name, mode, ord)
+WHERE n.nspname = %(schema)s AND p.proretset AND a.mode IN ('o', 'b', 't')
+UNION ALL
+-- SETOF a composite type: its attributes are the columns.
+SELECT p.proname, att.attname
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_type t ON t.oid = p.prorettype AND t.typrelid <> 0
+JOIN pg_attribute att ON att.attrelid = t.typrelid AND att.attnum > 0 AND NOT att.attisdropped
+WHERE n.nspname = %(schema)s AND p.proretset AND p.proargmodes IS NULL
+ORDER BY 1
+"""
+
+
+@dataclass(frozen=True)
+class Filter:
+    """``column op value``; ``value`` is a list for ``in``, a key of IS_VALUES for ``is``."""
+    column: str
+    operator: str
+    value: str | list[str]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Logic:
+    """``and(…)`` / ``or(…)`` over filters and nested logic."""
+    operator: Literal["and", "or"]
+    terms: Sequence[Filter | Logic]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class OrderTerm:
+    column: str
+    descending: bool = False
+    nulls: Literal["first", "last"] | None = None
+
+
+@dataclass(frozen=True)
+class RowQuery:
+    """What to read from the rows of ``source`` (the function call, its
+    arguments in ``source_params``): ``columns`` in output order (catalog names)."""
+    source: sql.Composable
+    source_params: Sequence[Any]
+    columns: Sequence[str]
+    where: Sequence[Filter | Logic] = ()
+    order: Sequence[OrderTerm] = ()
+    offset: int = 0
+    limit: int | None = None
+    csv: bool = False  # each row as PostgreSQL's record text, as PostgREST's CSV is built
+    count: Literal["exact", "planned"] | None = None
+
+
+def _column(name: str) -> sql.Composable:
+    return sql.SQL("r.{}").format(sql.Identifier(name))
+
+
+def _filter(term: Filter, params: list[Any]) -> sql.Composable:
+    column = _column(term.column)
+    if term.operator == "is":
+        assert isinstance(term.value, str)
+        condition: sql.Composable = sql.SQL("{} IS " + IS_VALUES[term.value]).format(column)
+    elif term.operator == "in":
+        assert isinstance(term.value, list)
+        if not term.value:
+            condition = sql.SQL("false")
+        else:
+            params.extend(term.value)
+            condition = sql.SQL("{} IN ({})").format(
+                column, sql.SQL(", ").join(sql.Placeholder() * len(term.value)))
+    else:
+        value = term.value
+        if term.operator in ("like", "ilike"):
+            value = str(value).replace("*", "%")  # PostgREST's URL-friendly wildcard
+        params.append(value)
+        condition = sql.SQL("{} " + COMPARISONS[term.operator] + " %s").format(column)
+    return sql.SQL("NOT ({})").format(condition) if term.negated else condition
+
+
+def condition(terms: Sequence[Filter | Logic], params: list[Any],
+              joiner: str = "AND") -> sql.Composable:
+    """The terms joined by ``joiner``; their values appended to ``params`` in order."""
+    parts: list[sql.Composable] = []
+    for term in terms:
+        if isinstance(term, Filter):
+            parts.append(_filter(term, params))
+            continue
+        inner = condition(term.terms, params, term.operator.upper())
+        parts.append(sql.SQL("NOT ({})" if term.negated else "({})").format(inner))
+    if not parts:
+        return sql.SQL("true")
+    return sql.SQL(f" {joiner} ").join(parts)
+
+
+def _order(terms: Sequence[OrderTerm]) -> sql.Composable:
+    if not terms:
+        return sql.SQL("")
+    items = [sql.SQL("{} {}{}").format(
+        _column(t.column), sql.SQL("DESC" if t.descending else "ASC"),
+        sql.SQL(f" NULLS {t.nulls.upper()}" if t.nulls else "")) for t in terms]
+    return sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(items))
+
+
+def _output(query: RowQuery) -> sql.Composable:
+    columns = [_column(c) for c in query.columns]
+    if query.csv:
+        record = sql.SQL("ROW({})::text").format(sql.SQL(", ").join(columns))
+        return sql.SQL("substr({0}, 2, length({0}) - 2) AS line").format(record)
+    return sql.SQL(", ").join(
+        sql.SQL("{} AS {}").format(col, sql.Identifier(f"c{i}")) for i, col in enumerate(columns))
+
+
+def page_statement(query: RowQuery) -> tuple[sql.Composable, list[Any]]:
+    """The page, with the whole result's size beside each row when an exact count is asked."""
+    params: list[Any] = [*query.source_params]
+    where = condition(query.where, params)
+    total = sql.SQL(", count(*) OVER () AS total" if query.count == "exact" else "")
+    statement = sql.SQL("SELECT {}{} FROM {} AS r WHERE {}{} LIMIT %s OFFSET %s").format(
+        _output(query), total, query.source, where, _order(query.order))
+    return statement, [*params, query.limit, query.offset]
+
+
+def count_statement(query: RowQuery) -> tuple[sql.Composable, list[Any]]:
+    """The size of the whole (filtered) result, exactly or as the planner estimates it."""
+    params: list[Any] = [*query.source_params]
+    where = condition(query.where, params)
+    if query.count == "planned":
+        return sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {} AS r WHERE {}").format(
+            query.source, where), params
+    return sql.SQL("SELECT count(*) AS total FROM {} AS r WHERE {}").format(
+        query.source, where), params
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """One page of rows (dicts keyed c0, c1, …, or CSV lines) and the whole result's size."""
+    rows: list[Any]
+    total: int | None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def read_page(cur: Any, query: RowQuery) -> RowPage:
+    statement, params = page_statement(query)
+    cur.execute(statement, params)
+    fetched = cur.fetchall()
+    total: int | None = None
+    if query.count == "exact" and fetched:
+        total = int(fetched[0]["total"])
+    elif query.count is not None:
+        # No row carries the size (an empty page), or only an estimate is wanted.
+        statement, params = count_statement(query)
+        cur.execute(statement, params)
+        answer = cur.fetchone()
+        total = (int(answer["total"]) if query.count == "exact"
+                 else int(answer["QUERY PLAN"][0]["Plan"]["Plan Rows"]))
+    rows = [r["line"] if query.csv else {f"c{i}": r[f"c{i}"] for i in range(len(query.columns))}
+            for r in fetched]
+    return RowPage(rows, total)
+
+
+def function_source(schema: str, function: str, args: dict[str, Any],
+                    types: dict[str, str]) -> tuple[sql.Composable, list[Any]]:
+    """``schema.function(name => value::type, …)``: names checked against the
+    catalog by the caller, types as the catalog spells them, values bound."""
+    named = [sql.SQL("{} => %s::" + types[name]).format(sql.Identifier(name)) for name in args]
+    call = sql.SQL("{}.{}({})").format(sql.Identifier(schema), sql.Identifier(function),
+                                       sql.SQL(", ").join(named))
+    values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
+    return call, values

@@ -1,0 +1,66 @@
+"""A set-returning function's answer, the way PostgREST gives it: the
+grammar (grammar.py) and paging (ranges.py) turned into one row query, and
+its page as JSON, one JSON object (`application/vnd.pgrst.object+json`) or
+CSV, with `Content-Range` always and 206/406/416 where PostgREST says so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from executor.db.gateway import API_SCHEMA, RpcFunction
+from executor.db.row_query import RowPage, RowQuery, function_source
+from executor.errors import ApiError
+from executor.gateway import media, ranges
+from executor.gateway.grammar import Parser
+
+CSV = "text/csv"
+OBJECT = "application/vnd.pgrst.object+json"
+_OBJECT_SHORT = "application/vnd.pgrst.object"
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    query: RowQuery
+    keys: tuple[str, ...]  # the answer's key for each selected column, in order
+    representation: str  # media.JSON, OBJECT or CSV
+
+    def check(self, page: RowPage) -> None:
+        """Refuses a page PostgREST would refuse; runs before the transaction commits."""
+        ranges.status(self.query.offset, len(page), page.total)
+        if self.representation == OBJECT and len(page) != 1:
+            raise ApiError("JSON object requested, multiple (or no) rows returned", "PGRST116",
+                           406, f"The result contains {len(page)} rows")
+
+
+def plan(fn: RpcFunction, columns: tuple[str, ...], args: dict[str, Any],
+         params: Iterable[tuple[str, str]], method: str, headers: Mapping[str, str]) -> RowPlan:
+    grammar = Parser(fn.name, columns).parse(params)
+    window = ranges.window(method, headers.get("range"), grammar.offset, grammar.limit)
+    chosen = media.preferred(headers.get("accept"), {CSV, OBJECT, _OBJECT_SHORT})
+    representation = OBJECT if chosen == _OBJECT_SHORT else chosen
+    source, values = function_source(API_SCHEMA, fn.name, args,
+                                     dict(zip(fn.arg_names, fn.arg_types)))
+    query = RowQuery(source, values, tuple(column for _key, column in grammar.select.fields),
+                     grammar.where, grammar.order, window.offset, window.limit,
+                     csv=representation == CSV,
+                     count=ranges.count_preference(headers.get("prefer", "")))
+    return RowPlan(query, tuple(key for key, _column in grammar.select.fields), representation)
+
+
+def respond(row_plan: RowPlan, page: RowPage, dump: Callable[[Any], str]) -> Response:
+    offset = row_plan.query.offset
+    headers = {"Content-Range": ranges.content_range(offset, len(page), page.total)}
+    status = ranges.status(offset, len(page), page.total)
+    if row_plan.representation == CSV:
+        body = "\n".join([",".join(row_plan.keys), *page.rows])
+        return Response(body, status, headers, media_type=f"{CSV}; charset=utf-8")
+    objects = [dict(zip(row_plan.keys, (row[f"c{i}"] for i in range(len(row_plan.keys)))))
+               for row in page.rows]
+    if row_plan.representation == OBJECT:
+        return Response(dump(objects[0]), status, headers,
+                        media_type=f"{OBJECT}; charset=utf-8")
+    return Response(dump(objects), status, headers, media_type="application/json; charset=utf-8")
