@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import tenacity
 
+from executor.audit.records import checkpoint_record
+from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db import audit as db_audit
 from executor.db import retention
 from executor.db.connection import Connection
 from executor.errors import DatabaseUnavailable, PgShellError
-from executor.records import checkpoint_record
 from executor.sandbox import EngineUnavailable, Sandbox, SandboxError
-from executor.signing import Signer
 
 log = logging.getLogger(__name__)
 SESSIONS_PER_PAGE = 100

@@ -13,9 +13,9 @@ import sdnotify
 
 from executor import metrics
 from executor.config import Settings
-from executor.metrics_server import serve_executor_metrics
 from executor.sandbox import Sandbox
-from executor.worker import Worker
+from executor.worker.loop import Worker
+from executor.worker.metrics_server import serve_executor_metrics
 
 log = logging.getLogger(__name__)
 

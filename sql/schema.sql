@@ -370,44 +370,65 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell.complete_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_status text, p_exit_code integer, p_reason text, p_truncated boolean, p_cwd text DEFAULT NULL::text, p_env jsonb DEFAULT NULL::jsonb, p_duration_ms integer DEFAULT NULL::integer, p_record text DEFAULT NULL::text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION shell.complete_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_record text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 DECLARE
     lease record := shell.leased_command(p_command_id, p_worker_id, p_attempt, ARRAY['claimed', 'running']);
     cmd shell.commands := lease.leased;
-    new_cwd text := coalesce(p_cwd, cmd.cwd_before);
-    new_env jsonb := coalesce(p_env, cmd.env_before);
+    rec jsonb;
+    new_status text;
+    new_exit_code integer;
+    new_truncated boolean;
+    new_duration_ms integer;
+    new_cwd text;
+    new_env jsonb;
     new_root text;
 BEGIN
-    IF p_status IS NULL OR p_status NOT IN ('done', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'invalid final status %', p_status USING ERRCODE = '22023';
+    BEGIN
+        rec := p_record::jsonb;
+        new_status := rec ->> 'status';
+        new_exit_code := (rec ->> 'exit_code')::integer;
+        new_truncated := coalesce((rec ->> 'truncated')::boolean, false);
+        new_duration_ms := (rec ->> 'duration_ms')::integer;
+        new_cwd := coalesce(rec ->> 'cwd_after', cmd.cwd_before);
+        new_env := coalesce(rec -> 'env_after', cmd.env_before);
+        new_root := coalesce(rec ->> 'root_after', cmd.root_before);
+    EXCEPTION WHEN data_exception THEN
+        RAISE EXCEPTION 'result record is not a JSON object of the expected fields'
+            USING ERRCODE = '22023', DETAIL = SQLERRM,
+            HINT = 'exit_code and duration_ms are integers, truncated a boolean.';
+    END;
+    IF jsonb_typeof(rec) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'result record is not a JSON object' USING ERRCODE = '22023';
+    END IF;
+    IF new_status IS NULL OR new_status NOT IN ('done', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'invalid final status %', new_status USING ERRCODE = '22023';
     END IF;
     IF new_cwd NOT LIKE '/%' OR jsonb_typeof(new_env) <> 'object'
        OR EXISTS (SELECT FROM jsonb_each(new_env) e WHERE jsonb_typeof(e.value) <> 'string') THEN
         RAISE EXCEPTION 'invalid shell state' USING ERRCODE = '22023',
             DETAIL = 'cwd must be absolute and env an object of strings';
     END IF;
-    BEGIN
-        new_root := coalesce(p_record::jsonb ->> 'root_after', cmd.root_before);
-    EXCEPTION WHEN others THEN
-        RAISE EXCEPTION 'result record is not JSON' USING ERRCODE = '22023';
-    END;
     IF new_root IS NOT NULL AND NOT EXISTS (SELECT FROM shell.trees t WHERE t.hash = new_root) THEN
         RAISE EXCEPTION 'root % is not stored', new_root USING ERRCODE = '22023',
             HINT = 'Store the trees and blobs of the new root before completing.';
     END IF;
-    UPDATE shell.commands c SET status = p_status, exit_code = p_exit_code, reason = p_reason,
-        truncated = coalesce(p_truncated, false), completed_at = now(), duration_ms = p_duration_ms,
-        cwd_after = new_cwd, env_after = new_env, root_after = new_root, lease_expires_at = NULL,
-        output = shell.output_of(cmd), change_seq = lease.change
+    UPDATE shell.commands c SET status = new_status, exit_code = new_exit_code,
+        reason = rec ->> 'reason', truncated = new_truncated, completed_at = now(),
+        duration_ms = new_duration_ms, cwd_after = new_cwd, env_after = new_env,
+        root_after = new_root, lease_expires_at = NULL, output = shell.output_of(cmd),
+        change_seq = lease.change
     WHERE c.id = p_command_id;
-    PERFORM shell.chain_result(p_command_id, p_record, p_signature, p_key_id);
+    IF p_signature IS NULL THEN
+        PERFORM shell.chain_result(p_command_id);
+    ELSE
+        PERFORM shell.chain_result(p_command_id, p_record, p_signature, p_key_id);
+    END IF;
     UPDATE shell.sessions s SET cwd = new_cwd, env = new_env, root = new_root, last_active_at = now()
     WHERE s.id = cmd.session_id;
-    -- The record's "host" (not a fact, a hint): whose copy now holds the root.
-    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = p_record::jsonb ->> 'host',
+    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = rec ->> 'host',
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = cmd.session_id;
 END
@@ -704,7 +725,7 @@ CREATE FUNCTION shell.lease_lost(p_command_id bigint, p_worker_id text, p_attemp
     SET search_path TO ''
     AS $$
 BEGIN
-    RAISE EXCEPTION 'lease lost on command %', p_command_id USING ERRCODE = '55000',
+    RAISE EXCEPTION 'lease lost on command %', p_command_id USING ERRCODE = 'PS001',
         DETAIL = format('expected worker %s attempt %s, found status %s worker %s attempt %s',
                         p_worker_id, p_attempt, coalesce(p_found.status, 'missing'),
                         coalesce(p_found.worker_id, '-'), coalesce(p_found.attempts::text, '-'));

@@ -12,7 +12,8 @@ import datetime
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 # Version 2 added the roots of the session's files before and after the
 # command (sql/migrations/0011_workspace.sql); version 1 records stay valid.
@@ -68,24 +69,66 @@ def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def result_record(*, signer: str, command_id: int, session_id: str, user_id: str, command: str,
-                  status: str, exit_code: int | None, reason: str | None, truncated: bool,
-                  output_sha256: str, cwd_before: str, env_before: dict[str, str],
-                  cwd_after: str, env_after: dict[str, str], image_digest: str | None,
-                  worker_id: str, attempt: int, duration_ms: int | None,
-                  started_at: str | None, finished_at: str, root_before: str | None,
-                  root_after: str | None, host: str | None = None) -> str:
-    """The canonical text of an executor's result record. ``host`` (not a
-    fact) names the host whose copy of the files now holds root_after."""
+@dataclass(frozen=True)
+class Completion:
+    """A command's outcome, from the sandbox's result to the signed record to
+    the database: ``shell.complete_command`` reads the row's outcome from the
+    record this becomes."""
+
+    status: str  # "done", "failed" or "cancelled"
+    exit_code: int | None
+    reason: str | None
+    output_sha256: str
+    image_digest: str | None
+    started_at: str | None = None  # the executor's clock; None: it never started
+    truncated: bool = False
+    duration_ms: int | None = None
+    cwd_after: str | None = None  # None: the cwd the command started in
+    env_after: Mapping[str, str] | None = None  # None: the environment it started with
+    root_after: str | None = None  # None: the files it started with
+    host: str | None = None  # not a fact: the host whose copy now holds root_after
+
+
+class Claimed(Protocol):
+    """What a record states of the command as it was claimed."""
+
+    @property
+    def command_id(self) -> int: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def cwd(self) -> str: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def root(self) -> str | None: ...
+
+
+def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Completion,
+                  finished_at: str | None = None) -> str:
+    """The canonical text of an executor's result record: it states what the
+    command's row will hold."""
     return canonical({
-        "v": RECORD_VERSION, "signer": signer, "command_id": command_id, "session_id": session_id,
-        "user_id": user_id, "command_sha256": sha256_hex(command), "status": status,
-        "exit_code": exit_code, "reason": reason, "truncated": bool(truncated),
-        "output_sha256": output_sha256, "cwd_before": cwd_before, "env_before": env_before,
-        "cwd_after": cwd_after, "env_after": env_after, "image_digest": image_digest,
-        "worker_id": worker_id, "attempt": attempt, "duration_ms": duration_ms,
-        "started_at": started_at, "finished_at": finished_at,
-        "root_before": root_before, "root_after": root_after, "host": host,
+        "v": RECORD_VERSION, "signer": signer, "command_id": claimed.command_id,
+        "session_id": str(claimed.session_id), "user_id": str(claimed.user_id),
+        "command_sha256": sha256_hex(claimed.command), "status": outcome.status,
+        "exit_code": outcome.exit_code, "reason": outcome.reason,
+        "truncated": bool(outcome.truncated), "output_sha256": outcome.output_sha256,
+        "cwd_before": claimed.cwd, "env_before": dict(claimed.env),
+        "cwd_after": claimed.cwd if outcome.cwd_after is None else outcome.cwd_after,
+        "env_after": dict(claimed.env if outcome.env_after is None else outcome.env_after),
+        "image_digest": outcome.image_digest, "worker_id": worker_id,
+        "attempt": claimed.attempt, "duration_ms": outcome.duration_ms,
+        "started_at": outcome.started_at, "finished_at": finished_at or utc_now(),
+        "root_before": claimed.root,
+        "root_after": claimed.root if outcome.root_after is None else outcome.root_after,
+        "host": outcome.host,
     })
 
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from executor.records import DATABASE_SIGNER, GENESIS, chain_hash, fact_fields, facts_of
-from executor.signing import signature_valid
+from executor.audit.records import DATABASE_SIGNER, GENESIS, chain_hash, fact_fields, facts_of
+from executor.audit.signing import signature_valid
 
 EDITED = "edited"
 DELETED = "deleted"

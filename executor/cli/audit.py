@@ -1,5 +1,5 @@
 """`pg-shell audit`: verify the tamper-evident history, export it, and
-verify an export without the database (executor/audit.py does the checking)."""
+verify an export without the database (executor/audit/verify.py does the checking)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from executor import audit
+from executor.audit import verify as audit
 from executor.cli import Commands
 from executor.config import Settings
 from executor.errors import PgShellError
@@ -57,7 +57,7 @@ def _common(parser: argparse.ArgumentParser, session: bool = True) -> None:
 def _trusted(args: argparse.Namespace, listed: dict[str, str]) -> dict[str, str]:
     if not args.trust:
         return listed
-    from executor.signing import key_id_of
+    from executor.audit.signing import key_id_of
 
     try:
         return {key_id_of(k): k.lower() for k in args.trust}

@@ -16,6 +16,7 @@ Connection = psycopg2.extensions.connection
 
 # Statement failures that are about the connection, not the statement.
 _UNAVAILABLE_CLASSES = ("08", "57")
+LEASE_LOST_SQLSTATE = "PS001"  # shell.lease_lost (sql/migrations/0013_completion.sql)
 
 
 def translate(exc: psycopg2.Error) -> DatabaseError:
@@ -29,7 +30,7 @@ def translate(exc: psycopg2.Error) -> DatabaseError:
         code is None or code[:2] in _UNAVAILABLE_CLASSES
     ):
         return DatabaseUnavailable(message, code, hint, detail)
-    if code == "55000" and message.startswith("lease lost"):
+    if code == LEASE_LOST_SQLSTATE:
         return LeaseLost(message, code, hint, detail)
     return DatabaseError(message, code, hint, detail)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import tenacity
 
-from executor.db.connection import Connection, connect, json_param, query, translated_errors
+from executor.db.connection import Connection, connect, query, translated_errors
 from executor.errors import DatabaseError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -108,16 +108,11 @@ class ExecutorDatabase:
         self.call("SELECT shell.append_output(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, seq, data))
 
-    def complete(self, cmd: ClaimedCommand, worker_id: str, *, status: str, exit_code: int | None,
-                 reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
-                 duration_ms: int | None, record: str | None = None, signature: str | None = None,
-                 key_id: str | None = None) -> None:
-        self.call(
-            "SELECT shell.complete_command(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (cmd.command_id, worker_id, cmd.attempt, status, exit_code, reason, truncated,
-             cwd, json_param(env) if env is not None else None, duration_ms, record, signature,
-             key_id),
-        )
+    def complete(self, cmd: ClaimedCommand, worker_id: str, record: str, signature: str,
+                 key_id: str) -> None:
+        """Ends the command as its signed result ``record`` states."""
+        self.call("SELECT shell.complete_command(%s, %s, %s, %s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt, record, signature, key_id))
 
     def register_key(self, public_key_hex: str, worker_id: str) -> str:
         rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id",

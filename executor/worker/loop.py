@@ -1,5 +1,5 @@
 """The claim loop: wake on NOTIFY (or poll), claim the head command of free
-sessions, run each in the sandbox on a thread of its own, keep leases alive,
+sessions, run each on a thread of its own (command.py), keep leases alive,
 and drain on shutdown. It speaks to PostgreSQL through executor.db and to
 Docker through executor.sandbox, never to either library directly."""
 
@@ -13,22 +13,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import tenacity
-
-from executor import metrics
+from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db.queue import ExecutorDatabase, Listener
 from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
-from executor.outcome import LEASE_LOST, SHUTDOWN, Run, outcome_of
-from executor.output_writer import OutputWriter
-from executor.promotion import ImagePromotion
-from executor.records import result_record, sha256_hex, utc_now
-from executor.sandbox import EngineUnavailable, RunRequest, RunResult, Sandbox, SandboxError
-from executor.signing import Signer
-from executor.workspace.capture import Capture
+from executor.sandbox import Sandbox, SandboxError
 from executor.workspace.host import HostFiles
-from executor.workspace.restore import RestoreFailed
+
+from .command import CommandLife
+from .outcome import LEASE_LOST, SHUTDOWN, Run
+from .promotion import ImagePromotion
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -60,7 +55,9 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self._maintenance_done = threading.Event()
         self._recheck_at: float | None = None  # claim again then (claim affinity's grace)
-        self._images: ImagePromotion | None = None  # set at start-up: the engine is asked
+        # Set at start-up, when the engine is asked for the image.
+        self._images: ImagePromotion | None = None
+        self._life: CommandLife
 
     def running(self) -> int:
         """Commands whose container is running now (a metric)."""
@@ -89,6 +86,8 @@ class Worker:
                 "Use a rootless engine (ops/rootless-docker), "
                 "or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
+        self._life = CommandLife(self.settings, self._sandbox, self._signer, self._files, images,
+                                 self._stop, self._remove_later)
         db = self._database("start-up")
         images.follow(db)
         db.register_key(self._signer.public_key_hex, self.worker_id)
@@ -184,7 +183,7 @@ class Worker:
         # the command's files are stored from this one.
         db, files_db = self._borrow_db(), self._borrow_db()
         try:
-            self._execute_with(db, WorkspaceStore(files_db), run)
+            self._life.execute(db, WorkspaceStore(files_db), run)
         except LeaseLost as exc:
             log.warning("command_id=%s: %s", run.claimed.command_id, exc)
         except Exception:
@@ -196,138 +195,8 @@ class Worker:
                 self._runs.pop(run.claimed.command_id, None)
             self.wake()
 
-    def _execute_with(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
-        cmd = run.claimed
-        if run.cancel.is_set():
-            if run.kill_reason != SHUTDOWN:  # on shutdown it goes back to its queue
-                self._complete_unstarted(db, run, run.kill_reason or "cancelled")
-            return
-        if cmd.upload is not None:  # a replayed upload: the database applies it
-            store.complete_upload(cmd.command_id, self.worker_id, cmd.attempt)
-            log.info("applied upload command_id=%s", cmd.command_id)
-            return
-        created = threading.Event()
-        started = threading.Event()
-        assert self._images is not None  # set by start_up
-        default_image = self._images.current  # a promotion meanwhile applies to the next command
-        image = self._images.for_command(cmd, default_image)
-
-        def on_created(container_id: str) -> None:
-            # Recorded before the start: if this executor vanishes now, the
-            # command may have run and must not be claimed again.
-            db.mark_created(cmd, self.worker_id, container_id)
-            created.set()
-
-        def on_started(container_id: str) -> None:
-            db.mark_started(cmd, self.worker_id, container_id, image)
-            run.started_at = utc_now()
-            metrics.command_started(time.monotonic() - run.claimed_monotonic)
-            if cmd.image_digest and cmd.image_digest != default_image == image:
-                # A replay whose original's image is gone says so in its output.
-                writer.write(f"[pg-shell: image {cmd.image_digest} no longer exists; "
-                             f"ran on {image}]\n")
-            started.set()
-            log.info("started command_id=%s container_id=%s", cmd.command_id, container_id[:12])
-
-        save_output = metrics.counting_output(
-            lambda seq, data: db.append_output(cmd, self.worker_id, seq, data))
-        writer = OutputWriter(save_output, self.settings.output_flush_interval_s)
-        request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
-                             worker_id=self.worker_id, command=cmd.command, cwd=cmd.cwd,
-                             env=dict(cmd.env), image=image)
-        try:
-            capture, result = self._run_until_engine_answers(request, store, on_created, on_started,
-                                                             writer, run, created)
-        except RestoreFailed as exc:
-            writer.close()
-            self._complete_unstarted(db, run, f"the session's files could not be restored: {exc}")
-            return
-        except SandboxError as exc:
-            writer.close()
-            if started.is_set():
-                reason = f"engine error: {exc}"
-                log.warning("command_id=%s failed: %s", cmd.command_id, reason)
-                self._complete(db, run, status="failed", exit_code=None, reason=reason,
-                               truncated=False, cwd=None, env=None, duration_ms=None,
-                               output_sha256=writer.output_sha256, image_digest=image)
-            elif created.is_set() or not self._stop.is_set():
-                metrics.CONTAINER_START_FAILURES.inc()
-                self._complete_unstarted(db, run, f"container failed to start: {exc}")
-            # else: the engine was away until shutdown; the drain releases it.
-            return
-        files = self._files.finish(capture, result, cmd.root)
-        notes = "; ".join(n for n in (result.state_note, files.note) if n)
-        if notes:
-            writer.write(f"\n[pg-shell: {notes}]\n")
-        writer.close()
-        end = outcome_of(result.exit_code, result.reason, run.kill_reason)
-        self._complete(db, run, status=end.status, exit_code=end.exit_code, reason=end.reason,
-                       truncated=result.truncated, cwd=result.cwd, env=result.env,
-                       duration_ms=int(result.duration_s * 1000),
-                       output_sha256=writer.output_sha256,
-                       image_digest=image, root_after=files.root_after,
-                       cached_here=files.captured is not None)
-        self._files.committed(cmd.session_id, files)
-        log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
-                 cmd.command_id, end.status, end.exit_code, end.reason)
-        self._remover.submit(self._remove, result.container_id)
-
-    def _run_until_engine_answers(self, request: RunRequest, store: WorkspaceStore,
-                                  on_created: Callable[[str], None],
-                                  on_started: Callable[[str], None],
-                                  writer: OutputWriter, run: Run,
-                                  created: threading.Event) -> tuple[Capture, RunResult]:
-        """Brings the session's files here and runs the command; while the
-        engine is unreachable and no container was created, waits and tries
-        again (the lease is kept alive meanwhile)."""
-        def attempt() -> tuple[Capture, RunResult]:
-            capture = self._files.prepare(store, request, run.claimed.root)
-            return capture, self._sandbox.run(request, on_started, writer.write, run.cancel,
-                                              on_created=on_created, files=capture)
-
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(
-                lambda e: (isinstance(e, EngineUnavailable) and not created.is_set()
-                           and not run.cancel.is_set())),
-            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-            stop=tenacity.stop_when_event_set(self._stop),
-            before_sleep=lambda s: log.warning("engine unavailable, command_id=%s waits: %s",
-                                               request.command_id,
-                                               s.outcome.exception() if s.outcome else ""),
-            reraise=True,
-        )
-        return retrying(attempt)
-
-    def _complete_unstarted(self, db: ExecutorDatabase, run: Run, reason: str) -> None:
-        status = "cancelled" if reason == "cancelled" else "failed"
-        self._complete(db, run, status=status, exit_code=None, reason=reason, truncated=False,
-                       cwd=None, env=None, duration_ms=None, output_sha256=sha256_hex(""),
-                       image_digest=run.claimed.image_digest)
-        log.info("completed command_id=%s without running it: %s", run.claimed.command_id, reason)
-
-    def _complete(self, db: ExecutorDatabase, run: Run, *, status: str, exit_code: int | None,
-                  reason: str | None, truncated: bool, cwd: str | None, env: dict[str, str] | None,
-                  duration_ms: int | None, output_sha256: str, image_digest: str | None,
-                  root_after: str | None = None, cached_here: bool = False) -> None:
-        """Completes the command with its result record, signed: the record
-        states what the row will hold (no cwd/env reported keeps the old)."""
-        cmd = run.claimed
-        record = result_record(
-            signer=self._signer.key_id, command_id=cmd.command_id, session_id=str(cmd.session_id),
-            user_id=str(cmd.user_id), command=cmd.command, status=status, exit_code=exit_code,
-            reason=reason, truncated=truncated, output_sha256=output_sha256, cwd_before=cmd.cwd,
-            env_before=dict(cmd.env), cwd_after=cwd if cwd is not None else cmd.cwd,
-            env_after=dict(env) if env is not None else dict(cmd.env),
-            image_digest=image_digest if run.started_at else cmd.image_digest,
-            worker_id=self.worker_id, attempt=cmd.attempt, duration_ms=duration_ms,
-            started_at=run.started_at, finished_at=utc_now(), root_before=cmd.root,
-            # No new root (the command did not run, or its files were not saved): the old one.
-            root_after=root_after if root_after is not None else cmd.root,
-            host=self.settings.host_id if cached_here else None)
-        db.complete(cmd, self.worker_id, status=status, exit_code=exit_code, reason=reason,
-                    truncated=truncated, cwd=cwd, env=env, duration_ms=duration_ms, record=record,
-                    signature=self._signer.sign(record), key_id=self._signer.key_id)
-        metrics.command_completed(cmd.user_id, status, reason, duration_ms)
+    def _remove_later(self, container_id: str) -> None:
+        self._remover.submit(self._remove, container_id)
 
     def _remove(self, container_id: str) -> None:
         try:

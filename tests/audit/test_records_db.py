@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import json
 
-from executor import audit
+from executor.audit import verify as audit
+from executor.audit.records import (
+    DATABASE_SIGNER,
+    Completion,
+    canonical,
+    result_record,
+    sha256_hex,
+)
+from executor.audit.signing import Signer
 from executor.db import audit as db_audit
-from executor.records import DATABASE_SIGNER, result_record, sha256_hex
-from executor.signing import Signer
+from executor.db.queue import ClaimedCommand
 from tests.db.claim_support import (
     Worker,
     command_row,
@@ -22,24 +29,24 @@ from tests.support import one
 
 
 def _record(signer: Signer, row: dict, **changes) -> str:
-    fields = dict(
-        signer=signer.key_id, command_id=row["id"], session_id=str(row["session_id"]),
-        user_id=str(row["user_id"]), command=row["command"], status="done", exit_code=0,
-        reason=None,
-        truncated=False, output_sha256=sha256_hex("hi\n"), cwd_before=row["cwd_before"],
-        env_before=row["env_before"], cwd_after="/home/sandbox/x", env_after={"A": "1"},
-        image_digest="sha256:test", worker_id="w1", attempt=1, duration_ms=5,
-        started_at="2024-01-01T00:00:00.000000Z", finished_at="2024-01-01T00:00:01.000000Z",
-        root_before=row["root_before"], root_after=row["root_before"])
-    fields.update(changes)
-    return result_record(**fields)
+    """The record an executor would sign for ``row``, with ``changes`` to its fields."""
+    claimed = ClaimedCommand(
+        command_id=row["id"], session_id=str(row["session_id"]), user_id=str(row["user_id"]),
+        command=row["command"], cwd=row["cwd_before"], env=row["env_before"], attempt=1,
+        image_digest=None, root=row["root_before"])
+    outcome = Completion(status="done", exit_code=0, reason=None,
+                         output_sha256=sha256_hex("hi\n"), image_digest="sha256:test",
+                         started_at="2024-01-01T00:00:00.000000Z", duration_ms=5,
+                         cwd_after="/home/sandbox/x", env_after={"A": "1"})
+    record = json.loads(result_record(signer=signer.key_id, worker_id="w1", claimed=claimed,
+                                      outcome=outcome))
+    return canonical({**record, **changes})
 
 
 def _complete(worker: Worker, cid: int, record: str, signature: str | None,
               key_id: str | None) -> None:
-    worker.conn.cursor().execute(
-        "SELECT shell.complete_command(%s, 'w1', 1, 'done', 0, NULL, false, '/home/sandbox/x', "
-        "'{\"A\": \"1\"}'::jsonb, 5, %s, %s, %s)", (cid, record, signature, key_id))
+    worker.conn.cursor().execute("SELECT shell.complete_command(%s, 'w1', 1, %s, %s, %s)",
+                                 (cid, record, signature, key_id))
 
 
 def _verify(dsn: str) -> audit.Report:
@@ -63,9 +70,12 @@ def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused
     worker.start(claimed)
     worker.append(claimed, 0, "hi\n")
     row = command_row(superuser(db), cid)
-    for wrong, field in (({"exit_code": 1}, "exit_code"),
-                         ({"cwd_after": "/home/sandbox"}, "cwd_after"),
-                         ({"env_after": {}}, "env_after"), ({"status": "failed"}, "status"),
+    # The outcome (status, exit code, cwd and env after) is read from the
+    # record; what the row already holds must agree with it.
+    for wrong, field in (({"cwd_before": "/tmp"}, "cwd_before"),
+                         ({"env_before": {"B": "2"}}, "env_before"), ({"attempt": 2}, "attempt"),
+                         ({"worker_id": "w2"}, "worker_id"),
+                         ({"image_digest": "sha256:other"}, "image_digest"),
                          ({"command_id": cid + 1}, "command_id"),
                          ({"output_sha256": sha256_hex("")}, "output_sha256")):
         bad = _record(signer, row, **wrong)
@@ -80,6 +90,8 @@ def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused
     done = command_row(superuser(db), cid)
     assert (done["status"], done["result_record"], done["key_id"], done["chain_seq"]) == (
         "done", good, signer.key_id, 1)
+    assert (done["exit_code"], done["cwd_after"], done["env_after"], done["duration_ms"]) == (
+        0, "/home/sandbox/x", {"A": "1"}, 5)
     assert _verify(db).intact
 
 

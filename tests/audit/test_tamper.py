@@ -9,8 +9,8 @@ import json
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from executor.records import DATABASE_SIGNER
-from executor.signing import Signer
+from executor.audit.records import DATABASE_SIGNER
+from executor.audit.signing import Signer
 from tests.audit.conftest import cli, verify
 
 

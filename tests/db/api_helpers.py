@@ -97,9 +97,11 @@ def complete(dsn: str, command_id: int, attempt: int, *, exit_code: int = 0, sta
              cwd: str | None = None, env: dict[str, str] | None = None) -> None:
     ex = executor(dsn)
     try:
-        call(ex, "SELECT shell.complete_command(%s, %s, %s, %s, %s, NULL, false, %s, %s, 12)",
-             (command_id, WORKER, attempt, status, exit_code, cwd,
-              None if env is None else json.dumps(env)))
+        record = {"status": status, "exit_code": exit_code, "cwd_after": cwd, "env_after": env,
+                  "duration_ms": 12}
+        call(ex, "SELECT shell.complete_command(%s, %s, %s, %s)",
+             (command_id, WORKER, attempt,
+              json.dumps({k: v for k, v in record.items() if v is not None})))
     finally:
         ex.close()
 

@@ -55,10 +55,17 @@ class Worker:
                  exit_code: int | None = 0, reason: str | None = None, cwd: str | None = None,
                  env: Any = None) -> None:
         cid, att = _id_attempt(cmd, attempt)
-        call(self.conn,
-             "SELECT shell.complete_command(%s, %s, %s, %s, %s, %s, false, %s, %s::jsonb, 5)",
-             (cid, self.id, att, status, exit_code, reason, cwd,
-              None if env is None else json.dumps(env)))
+        record = {"status": status, "exit_code": exit_code, "reason": reason, "cwd_after": cwd,
+                  "env_after": env, "duration_ms": 5}
+        self.complete_with(cid, json.dumps({k: v for k, v in record.items() if v is not None}),
+                           attempt=att)
+
+    def complete_with(self, cmd: Claimed | int, record: str | None,
+                      attempt: int | None = None) -> None:
+        """Completes with an unsigned result record as given."""
+        cid, att = _id_attempt(cmd, attempt)
+        call(self.conn, "SELECT shell.complete_command(%s, %s, %s, %s)",
+             (cid, self.id, att, record))
 
     def heartbeat(self, held: list[tuple[int, int]], lease_seconds: int = 30) -> dict[int, bool]:
         rows = call(self.conn, "SELECT * FROM shell.heartbeat(%s, %s::bigint[], %s::int[], %s)",

@@ -416,12 +416,12 @@ def test_an_unstarted_command_whose_lease_expired_is_claimed_again_at_the_head_o
 
     [again] = new.claim(limit=10)
     assert (again.id, again.attempt) == (first, 2)
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         old.start(first, attempt=1)
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         old.complete(first, attempt=1)
     # The old worker cannot borrow the new attempt number either.
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         old.complete(first, attempt=2)
     new.start(again)
     new.complete(again)
@@ -461,9 +461,9 @@ def test_a_started_command_whose_lease_expired_fails_as_executor_lost_and_is_nev
     assert row["completed_at"] is not None and row["cwd_after"] == row["cwd_before"]
     # The session moves on to its next command, never back to this one.
     assert [(x.id, x.attempt) for x in new.claim(limit=10)] == [(second, 1)]
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         old.append(c, 1, "more")
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         old.complete(c)
     assert new.expire_leases() == {}
     assert command_row(su, first)["status"] == "failed"
@@ -551,24 +551,24 @@ def test_transitions_refuse_the_wrong_status_or_owner_or_attempt(db):
     [c] = owner.claim()
     su = superuser(db)
 
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         owner.append(c, 0, "too early")  # claimed, not running
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         thief.start(cid, attempt=1)
     owner.start(c)
     before = command_row(su, cid)
     owner.start(c)  # twice for the same container: a retry, changes nothing
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         thief.complete(cid, attempt=1)
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         owner.complete(cid, attempt=0)
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         thief.append(cid, 0, "x", attempt=1)
     assert command_row(su, cid) == before
 
     owner.append(c, 0, "ok")
     owner.complete(c)
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         owner.complete(c)  # already done
     assert command_row(su, cid)["status"] == "done"
 
@@ -596,6 +596,25 @@ def test_complete_refuses_an_invalid_result_with_22023(db, kwargs):
         {"cwd": "/home/sandbox", "env": {}}]
     worker.complete(c)
     assert command_row(su, cid)["status"] == "done"
+
+
+@pytest.mark.parametrize("record", [
+    None, "", "not json", "[1]", '"done"', '{"status": "done", "exit_code": "zero"}',
+    '{"status": "done", "exit_code": 1e99}', '{"status": "done", "truncated": "maybe"}',
+    '{"status": "done", "duration_ms": [1]}', '{"status": "done", "env_after": null}',
+    '{"status": "done", "cwd_after": 7}',
+])
+def test_complete_refuses_a_malformed_result_record_with_22023(db, record):
+    alice = new_tenant(db, "alice")
+    cid = alice.submit(alice.session(), "echo")
+    worker = Worker(db, "w1")
+    [c] = worker.claim()
+    worker.start(c)
+    su = superuser(db)
+    before = command_row(su, cid)
+    with raises_sqlstate("22023"):
+        worker.complete_with(c, record)
+    assert command_row(su, cid) == before
 
 
 def test_claim_refuses_invalid_worker_ids_limits_and_leases(db):
@@ -636,7 +655,7 @@ def test_mark_started_repeated_for_the_same_container_is_a_no_op(db):
     worker.start(c)  # a retry after a lost answer
     row = command_row(su, c.id)
     assert (row["status"], row["started_at"]) == ("running", started_at)
-    with raises_sqlstate("55000", "lease lost"):
+    with raises_sqlstate("PS001", "lease lost"):
         call(worker.conn, "SELECT shell.mark_started(%s, %s, %s, %s, %s)",
              (c.id, worker.id, c.attempt, "another-container", "sha256:test"))
 

@@ -420,8 +420,9 @@ def test_a_replay_runs_each_command_in_the_state_left_by_the_one_before(history)
         assert [r["command_id"] for r in rows] == [copy]
         seen.append((rows[0]["cwd"], rows[0]["env"]))
         call(executor(db),
-             "SELECT shell.complete_command(%s, 'w', %s, 'done', 0, NULL, false, %s, %s, 1)",
-             (copy, rows[0]["attempt"], cwd, json.dumps(env)))
+             "SELECT shell.complete_command(%s, 'w', %s, %s)",
+             (copy, rows[0]["attempt"], json.dumps({"status": "done", "exit_code": 0,
+                                                    "cwd_after": cwd, "env_after": env})))
     assert seen == [("/home/sandbox", {}), ("/a", {"STEP": "1"}), ("/b", {"STEP": "2"})]
 
 

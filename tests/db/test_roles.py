@@ -37,8 +37,7 @@ EXECUTOR_CALLS = {
     "heartbeat": "SELECT * FROM shell.heartbeat('w', ARRAY[1]::bigint[], ARRAY[1], 30)",
     "mark_started": "SELECT shell.mark_started(1, 'w', 1, 'c', 'd')",
     "append_output": "SELECT shell.append_output(1, 'w', 1, 0, 'x')",
-    "complete_command": "SELECT shell.complete_command(1, 'w', 1, 'done', 0, NULL, "
-                        "false, '/', '{}', 1)",
+    "complete_command": "SELECT shell.complete_command(1, 'w', 1, '{\"status\": \"done\"}')",
     "expire_leases": "SELECT * FROM shell.expire_leases()",
     "settle_worker": "SELECT * FROM shell.settle_worker('w', '{}')",
     "live_commands": "SELECT * FROM shell.live_commands(ARRAY[1]::bigint[])",

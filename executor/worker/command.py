@@ -1,0 +1,190 @@
+"""One held command's life: its files brought here, its container created
+and started (each recorded before the next step), its output streamed, its
+files stored, and its outcome signed and completed in the database."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import tenacity
+
+from executor import metrics
+from executor.audit.records import Completion, result_record, sha256_hex, utc_now
+from executor.audit.signing import Signer
+from executor.config import Settings
+from executor.db.queue import ExecutorDatabase
+from executor.db.workspace import WorkspaceStore
+from executor.sandbox import EngineUnavailable, RunRequest, RunResult, Sandbox, SandboxError
+from executor.workspace.capture import Capture
+from executor.workspace.host import HostFiles
+from executor.workspace.restore import RestoreFailed
+
+from .outcome import SHUTDOWN, Run, outcome_of
+from .output_writer import OutputWriter
+from .promotion import ImagePromotion
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Progress:
+    """Records the container as created, then as started, as the sandbox
+    reaches each step."""
+
+    db: ExecutorDatabase
+    worker_id: str
+    run: Run
+    image: str
+    default_image: str
+    writer: OutputWriter
+    created: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)
+
+    def on_created(self, container_id: str) -> None:
+        # Recorded before the start: if this executor vanishes now, the
+        # command may have run and must not be claimed again.
+        self.db.mark_created(self.run.claimed, self.worker_id, container_id)
+        self.created.set()
+
+    def on_started(self, container_id: str) -> None:
+        cmd = self.run.claimed
+        self.db.mark_started(cmd, self.worker_id, container_id, self.image)
+        self.run.started_at = utc_now()
+        metrics.command_started(time.monotonic() - self.run.claimed_monotonic)
+        if cmd.image_digest and cmd.image_digest != self.default_image == self.image:
+            # A replay whose original's image is gone says so in its output.
+            self.writer.write(f"[pg-shell: image {cmd.image_digest} no longer exists; "
+                              f"ran on {self.image}]\n")
+        self.started.set()
+        log.info("started command_id=%s container_id=%s", cmd.command_id, container_id[:12])
+
+
+class CommandLife:
+    """Runs the commands a worker holds, one call of :meth:`execute` each."""
+
+    def __init__(self, settings: Settings, sandbox: Sandbox, signer: Signer, files: HostFiles,
+                 images: ImagePromotion, stop: threading.Event,
+                 remove: Callable[[str], None]) -> None:
+        self._flush_s = settings.output_flush_interval_s
+        self._worker_id = settings.effective_worker_id()
+        self._host_id = settings.host_id
+        self._sandbox = sandbox
+        self._signer = signer
+        self._files = files
+        self._images = images
+        self._stop = stop
+        self._remove = remove  # a finished command's container, off the critical path
+
+    def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
+        cmd = run.claimed
+        if run.cancel.is_set():
+            if run.kill_reason != SHUTDOWN:  # on shutdown it goes back to its queue
+                self._complete_unstarted(db, run, run.kill_reason or "cancelled")
+            return
+        if cmd.upload is not None:  # a replayed upload: the database applies it
+            store.complete_upload(cmd.command_id, self._worker_id, cmd.attempt)
+            log.info("applied upload command_id=%s", cmd.command_id)
+            return
+        default_image = self._images.current  # a promotion meanwhile applies to the next command
+        image = self._images.for_command(cmd, default_image)
+        save_output = metrics.counting_output(
+            lambda seq, data: db.append_output(cmd, self._worker_id, seq, data))
+        writer = OutputWriter(save_output, self._flush_s)
+        progress = _Progress(db, self._worker_id, run, image, default_image, writer)
+        request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
+                             worker_id=self._worker_id, command=cmd.command, cwd=cmd.cwd,
+                             env=dict(cmd.env), image=image)
+        try:
+            capture, result = self._run_until_engine_answers(request, store, progress)
+        except RestoreFailed as exc:
+            writer.close()
+            self._complete_unstarted(db, run, f"the session's files could not be restored: {exc}")
+            return
+        except SandboxError as exc:
+            writer.close()
+            self._engine_failed(db, progress, exc)
+            return
+        self._finish(db, progress, capture, result)
+
+    def _run_until_engine_answers(self, request: RunRequest, store: WorkspaceStore,
+                                  progress: _Progress) -> tuple[Capture, RunResult]:
+        """Brings the session's files here and runs the command; while the
+        engine is unreachable and no container was created, waits and tries
+        again (the lease is kept alive meanwhile)."""
+        run = progress.run
+
+        def attempt() -> tuple[Capture, RunResult]:
+            capture = self._files.prepare(store, request, run.claimed.root)
+            return capture, self._sandbox.run(request, progress.on_started, progress.writer.write,
+                                              run.cancel, on_created=progress.on_created,
+                                              files=capture)
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: (isinstance(e, EngineUnavailable) and not progress.created.is_set()
+                           and not run.cancel.is_set())),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            stop=tenacity.stop_when_event_set(self._stop),
+            before_sleep=lambda s: log.warning("engine unavailable, command_id=%s waits: %s",
+                                               request.command_id,
+                                               s.outcome.exception() if s.outcome else ""),
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _engine_failed(self, db: ExecutorDatabase, progress: _Progress,
+                       exc: SandboxError) -> None:
+        run = progress.run
+        if progress.started.is_set():
+            reason = f"engine error: {exc}"
+            log.warning("command_id=%s failed: %s", run.claimed.command_id, reason)
+            self._complete(db, run, Completion(
+                status="failed", exit_code=None, reason=reason,
+                output_sha256=progress.writer.output_sha256, image_digest=progress.image,
+                started_at=run.started_at))
+        elif progress.created.is_set() or not self._stop.is_set():
+            metrics.CONTAINER_START_FAILURES.inc()
+            self._complete_unstarted(db, run, f"container failed to start: {exc}")
+        # else: the engine was away until shutdown; the drain releases it.
+
+    def _finish(self, db: ExecutorDatabase, progress: _Progress, capture: Capture,
+                result: RunResult) -> None:
+        run, writer = progress.run, progress.writer
+        cmd = run.claimed
+        files = self._files.finish(capture, result, cmd.root)
+        notes = "; ".join(n for n in (result.state_note, files.note) if n)
+        if notes:
+            writer.write(f"\n[pg-shell: {notes}]\n")
+        writer.close()
+        end = outcome_of(result.exit_code, result.reason, run.kill_reason)
+        self._complete(db, run, Completion(
+            status=end.status, exit_code=end.exit_code, reason=end.reason,
+            output_sha256=writer.output_sha256, image_digest=progress.image,
+            started_at=run.started_at, truncated=result.truncated,
+            duration_ms=int(result.duration_s * 1000), cwd_after=result.cwd,
+            env_after=result.env, root_after=files.root_after,
+            host=self._host_id if files.captured is not None else None))
+        self._files.committed(cmd.session_id, files)
+        log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
+                 cmd.command_id, end.status, end.exit_code, end.reason)
+        self._remove(result.container_id)
+
+    def _complete_unstarted(self, db: ExecutorDatabase, run: Run, reason: str) -> None:
+        status = "cancelled" if reason == "cancelled" else "failed"
+        self._complete(db, run, Completion(status=status, exit_code=None, reason=reason,
+                                           output_sha256=sha256_hex(""),
+                                           image_digest=run.claimed.image_digest))
+        log.info("completed command_id=%s without running it: %s", run.claimed.command_id, reason)
+
+    def _complete(self, db: ExecutorDatabase, run: Run, outcome: Completion) -> None:
+        """Completes the command with its result record, signed."""
+        record = result_record(signer=self._signer.key_id, worker_id=self._worker_id,
+                               claimed=run.claimed, outcome=outcome)
+        db.complete(run.claimed, self._worker_id, record, self._signer.sign(record),
+                    self._signer.key_id)
+        metrics.command_completed(run.claimed.user_id, outcome.status, outcome.reason,
+                                  outcome.duration_ms)
