@@ -16,6 +16,7 @@ import psycopg2
 import psycopg2.extras
 import psycopg2.pool
 
+from executor.db import row_query
 from executor.db.connection import connect, translate, translated_errors
 from executor.errors import DatabaseUnavailable
 
@@ -109,6 +110,27 @@ class GatewayDatabase:
             }
         return self._run(read)
 
+    def result_columns(self) -> dict[str, tuple[str, ...]]:
+        """Each set-returning function's result columns, in order."""
+        def read(cur: Any) -> dict[str, tuple[str, ...]]:
+            cur.execute(row_query.RESULT_COLUMNS, {"schema": API_SCHEMA})
+            columns: dict[str, list[str]] = {}
+            for r in cur.fetchall():
+                columns.setdefault(r["function"], []).append(r["column"])
+            return {name: tuple(cols) for name, cols in columns.items()}
+        return self._run(read)
+
+    def read_rows(self, query: row_query.RowQuery, role: str, claims: dict[str, Any] | None,
+                  check: Callable[[row_query.RowPage], None]) -> row_query.RowPage:
+        """One page of a set-returning function's rows, read as ``role``;
+        ``check`` may refuse the page, and then the call is rolled back."""
+        def read(cur: Any) -> row_query.RowPage:
+            _become(cur, role, claims)
+            page = row_query.read_page(cur, query)
+            check(page)
+            return page
+        return self._run(read)
+
     def jwt_secret(self) -> str:
         def read(cur: Any) -> str:
             cur.execute("SELECT shell.jwt_secret() AS s")
@@ -134,11 +156,7 @@ class GatewayDatabase:
         values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
 
         def invoke(cur: Any) -> Any:
-            # A tenant's request may not hold the database for long.
-            cur.execute("SELECT set_config('role', %s, true),"
-                        " set_config('request.jwt.claims', %s, true),"
-                        " set_config('statement_timeout', %s, true)",
-                        (role, json.dumps(claims) if claims is not None else "", STATEMENT_TIMEOUT))
+            _become(cur, role, claims)
             cur.execute(sql, values)
             rows = cur.fetchall()
             if fn.returns_set:
@@ -146,6 +164,15 @@ class GatewayDatabase:
             result = rows[0]["result"]
             return bytes(result) if isinstance(result, memoryview) else result  # bytea
         return self._run(invoke)
+
+
+def _become(cur: Any, role: str, claims: dict[str, Any] | None) -> None:
+    """The rest of the transaction runs as the caller, as PostgREST runs it."""
+    # A tenant's request may not hold the database for long.
+    cur.execute("SELECT set_config('role', %s, true),"
+                " set_config('request.jwt.claims', %s, true),"
+                " set_config('statement_timeout', %s, true)",
+                (role, json.dumps(claims) if claims is not None else "", STATEMENT_TIMEOUT))
 
 
 def listen_forever(dsn: str, channel: str, deliver: Callable[[str], None],

@@ -12,9 +12,9 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
@@ -28,14 +28,16 @@ from starlette.staticfiles import StaticFiles
 
 from executor import metrics
 from executor.db.gateway import API_SCHEMA, GatewayDatabase, RpcFunction
-from executor.errors import DatabaseError
-from executor.gateway import media
+from executor.errors import ApiError, DatabaseError
+from executor.gateway import media, openapi, ranges, rows
 from executor.gateway.auth import AuthError, Identity, identify
+from executor.gateway.grammar import is_grammar
 from executor.gateway.live import ChangeFeed
 from executor.gateway.metrics_route import metrics_endpoint, read_queue_depth
 from executor.gateway.status import http_status
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -80,15 +82,25 @@ def error_response(status: int, code: str, message: str, details: str | None = N
                          status)
 
 
+def api_error_response(exc: ApiError) -> Response:
+    response = error_response(exc.status or 400, exc.code or "PGRST000", str(exc), exc.details,
+                              exc.hint)
+    if isinstance(exc, ranges.RangeNotSatisfiable):
+        response.headers["Content-Range"] = f"*/{'*' if exc.total is None else exc.total}"
+    return response
+
+
 class Gateway:
     def __init__(self, db: GatewayDatabase, feed: ChangeFeed) -> None:
         self.db = db
         self.feed = feed
         self.catalog: dict[str, RpcFunction] = {}
+        self.columns: dict[str, tuple[str, ...]] = {}  # set-returning functions' result columns
         self.secret = ""
 
     def load(self) -> None:
         self.catalog = self.db.catalog()
+        self.columns = self.db.result_columns()
         self.secret = self.db.jwt_secret()
 
     async def rpc(self, request: Request) -> Response:
@@ -106,7 +118,7 @@ class Gateway:
         name = request.path_params["name"]
         fn = self.catalog.get(name)
         try:
-            args = await self._arguments(request)
+            args, grammar = await self._arguments(request, self.columns.get(name))
         except ValueError as exc:
             return error_response(400, "PGRST102", str(exc))
         if fn is None or not set(fn.required) <= set(args) or not set(args) <= set(fn.arg_names):
@@ -118,7 +130,13 @@ class Gateway:
         if request.method == "GET" and not fn.read_only:
             return error_response(405, "PGRST101", f"{name} changes data: call it with POST")
         try:
-            result = await self._call(fn, args, identity, request.headers.get("prefer", ""))
+            if name in self.columns:
+                return await self._rows(request, fn, args, grammar, identity)
+            result = await self._wait(fn, args, request.headers.get("prefer", ""),
+                                      lambda: self.db.call(fn, args, identity.role,
+                                                           identity.claims))
+        except ApiError as exc:
+            return api_error_response(exc)
         except DatabaseError as exc:
             status = http_status(exc.sqlstate, identity.authenticated)
             return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail,
@@ -132,9 +150,31 @@ class Gateway:
             return Response(result or b"", media_type=media.OCTET_STREAM)
         return json_response(result)
 
-    async def _arguments(self, request: Request) -> dict[str, Any]:
+    async def _rows(self, request: Request, fn: RpcFunction, args: dict[str, Any],
+                    grammar: list[tuple[str, str]], identity: Identity) -> Response:
+        """A set-returning function: PostgREST's grammar applied to its rows."""
+        row_plan = rows.plan(fn, self.columns[fn.name], args, grammar, request.method,
+                             request.headers)
+        page = await self._wait(fn, args, request.headers.get("prefer", ""),
+                                lambda: self.db.read_rows(row_plan.query, identity.role,
+                                                          identity.claims, row_plan.check))
+        return rows.respond(row_plan, page, lambda v: json.dumps(v, default=_json_default))
+
+    async def _arguments(self, request: Request, columns: tuple[str, ...] | None
+                         ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """The named arguments, and the query grammar for a function with result columns:
+        on POST the whole query string, on GET the parameters that name no argument
+        and read as grammar (`select`, `col=op.value`, …), as PostgREST splits them."""
+        query = request.query_params.multi_items()
         if request.method == "GET":
-            return dict(request.query_params)
+            fn = self.catalog.get(request.path_params["name"])
+            names = set(fn.arg_names) if fn else set()
+            grammar = [(k, v) for k, v in query
+                       if columns is not None and k not in names and is_grammar(k, v)]
+            return dict(kv for kv in query if kv not in grammar), grammar
+        return await self._body_arguments(request), query if columns is not None else []
+
+    async def _body_arguments(self, request: Request) -> dict[str, Any]:
         body = await request.body()
         content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
         if content_type == "application/x-www-form-urlencoded":
@@ -149,12 +189,14 @@ class Gateway:
             raise ValueError("the body must be a JSON object of named arguments")
         return args
 
-    async def _call(self, fn: RpcFunction, args: dict[str, Any], identity: Identity,
-                    prefer: str) -> Any:
+    async def _wait(self, fn: RpcFunction, args: dict[str, Any], prefer: str,
+                    fetch: Callable[[], T]) -> T:
+        """``fetch()``'s answer; for a long-polled function with `Prefer: wait=N`,
+        the first non-empty one within N seconds."""
         wait = _PREFER_WAIT.search(prefer)
         session_id = _canonical_uuid(args.get("p_session_id"))
         if fn.name not in LONG_POLL or not wait or not session_id:
-            return await run_in_threadpool(self.db.call, fn, args, identity.role, identity.claims)
+            return await run_in_threadpool(fetch)
         # Subscribe before reading, so a change between the read and the
         # wait still wakes us.
         deadline = time.monotonic() + min(int(wait.group(1)), MAX_WAIT_S)
@@ -162,8 +204,7 @@ class Gateway:
         try:
             while True:
                 changed.clear()
-                result = await run_in_threadpool(self.db.call, fn, args, identity.role,
-                                                 identity.claims)
+                result = await run_in_threadpool(fetch)
                 remaining = deadline - time.monotonic()
                 if result or remaining <= 0:
                     return result
@@ -195,7 +236,9 @@ def create_app(dsn: str, html_dir: Path, metrics_interval_s: float = 5.0) -> Sta
         routes=[
             Route("/rpc/{name:str}", gateway.rpc, methods=["GET", "POST"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
-            Mount("/", StaticFiles(directory=html_dir, html=True)),
+            Mount("/", openapi.RootWithDescription(
+                StaticFiles(directory=html_dir, html=True),
+                lambda: openapi.describe(gateway.catalog, gateway.columns))),
         ],
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)],
         lifespan=lifespan,

@@ -20,7 +20,7 @@ MEDIA_TYPE = "application/openapi+json"
 _JSON_TYPES = {"integer": "integer", "bigint": "integer", "smallint": "integer",
                "numeric": "number", "real": "number", "double precision": "number",
                "boolean": "boolean", "json": "object", "jsonb": "object"}
-_GRAMMAR_PARAMETERS = [
+_GRAMMAR_PARAMETERS: list[dict[str, Any]] = [
     {"name": "select", "in": "query", "type": "string", "description": "columns (alias:column)"},
     {"name": "order", "in": "query", "type": "string",
      "description": "column.asc|desc.nullsfirst|nullslast, …"},

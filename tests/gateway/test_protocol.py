@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,28 +17,8 @@ from jwt.utils import base64url_encode
 
 from executor.db import admin as db_admin
 from executor.db.connection import connect
-from tests.fixtures_stack import Gateway
+from tests.gateway.api import PASSWORD, bearer, error, new_session, rpc
 from tests.support import connect_as, create_user
-
-PASSWORD = "correct horse"  # tests.support.create_user's default
-
-
-@pytest.fixture
-def http(gateway: Gateway) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-def alice(db: str) -> str:
-    return create_user(db, "alice")
-
-
-@pytest.fixture
-def token(http: httpx.Client, alice: str) -> str:
-    answer = http.post("/rpc/login", json={"p_username": "alice", "p_password": PASSWORD})
-    assert answer.status_code == 200, answer.text
-    return answer.json()["token"]
 
 
 @pytest.fixture
@@ -49,27 +28,6 @@ def secret(db: str) -> str:
         return db_admin.jwt_secret(conn)
     finally:
         conn.close()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def rpc(http: httpx.Client, fn: str, token: str | None = None, **args: Any) -> httpx.Response:
-    return http.post(f"/rpc/{fn}", json=args, headers=bearer(token) if token else {})
-
-
-def error(answer: httpx.Response) -> dict[str, Any]:
-    assert answer.headers["content-type"].startswith("application/json"), answer.headers
-    body = answer.json()
-    assert set(body) == {"code", "message", "details", "hint"}, body
-    return body
-
-
-def new_session(http: httpx.Client, token: str) -> str:
-    answer = rpc(http, "create_session", token, p_name="s")
-    assert answer.status_code == 200, answer.text
-    return answer.json()
 
 
 # -- PostgREST's status mapping -----------------------------------------------------

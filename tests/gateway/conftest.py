@@ -1,0 +1,31 @@
+"""Fixtures of the gateway tests: an HTTP client on the real gateway
+(tests/fixtures_stack.py), a user and her token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.fixtures_stack import Gateway
+from tests.gateway.api import PASSWORD
+from tests.support import create_user
+
+
+@pytest.fixture
+def http(gateway: Gateway) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def alice(db: str) -> str:
+    return create_user(db, "alice")
+
+
+@pytest.fixture
+def token(http: httpx.Client, alice: str) -> str:
+    answer = http.post("/rpc/login", json={"p_username": "alice", "p_password": PASSWORD})
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["token"])
