@@ -51,6 +51,8 @@ SECURITY_HEADERS = {
 # Functions whose answer may be held back until something changes.
 LONG_POLL = {"session_changes", "session_changes_html"}
 MAX_WAIT_S = 25
+# HEAD is a GET whose body is left out (a client asking for the count only).
+READS = ("GET", "HEAD")
 _PREFER_WAIT = re.compile(r"\bwait=(\d+)")
 
 
@@ -127,7 +129,7 @@ class Gateway:
                                   "Could not find the function "
                                   f"{API_SCHEMA}.{name}({listed}) in the schema cache",
                                   hint="Check the function name and its parameter names.")
-        if request.method == "GET" and not fn.read_only:
+        if request.method in READS and not fn.read_only:
             return error_response(405, "PGRST101", f"{name} changes data: call it with POST")
         try:
             if name in self.columns:
@@ -153,7 +155,8 @@ class Gateway:
     async def _rows(self, request: Request, fn: RpcFunction, args: dict[str, Any],
                     grammar: list[tuple[str, str]], identity: Identity) -> Response:
         """A set-returning function: PostgREST's grammar applied to its rows."""
-        row_plan = rows.plan(fn, self.columns[fn.name], args, grammar, request.method,
+        row_plan = rows.plan(fn, self.columns[fn.name], args, grammar,
+                             "GET" if request.method in READS else request.method,
                              request.headers)
         page = await self._wait(fn, args, request.headers.get("prefer", ""),
                                 lambda: self.db.read_rows(row_plan.query, identity.role,
@@ -166,7 +169,7 @@ class Gateway:
         on POST the whole query string, on GET the parameters that name no argument
         and read as grammar (`select`, `col=op.value`, …), as PostgREST splits them."""
         query = request.query_params.multi_items()
-        if request.method == "GET":
+        if request.method in READS:
             fn = self.catalog.get(request.path_params["name"])
             names = set(fn.arg_names) if fn else set()
             grammar = [(k, v) for k, v in query
