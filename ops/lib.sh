@@ -39,3 +39,23 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >>"$log" 2>&1 \
     || { tail -n 20 "$log" >&2; die "apt-get install ${missing[*]} failed"; }
 }
+
+# step LABEL COMMAND...: one set-up step, quietly. It prints one line, "LABEL … ok (N s)"; the
+# command's stderr (its progress, apt's, pip's, docker build's) goes to a log file under the state
+# dir, and its stdout is passed through (a DSN, an image id). When the command fails, the line ends
+# in "failed", the log is named with its last lines, and the script exits with the command's status.
+step() {
+  local label=$1 started=$SECONDS log rc=0
+  shift
+  mkdir -p "$(state_dir)/logs"
+  log="$(state_dir)/logs/${0##*/}.$(printf '%s' "$label" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//').log"
+  printf '%s: %s … ' "${0##*/}" "$label" >&2
+  "$@" 2>"$log" || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    printf 'ok (%d s)\n' $((SECONDS - started)) >&2
+    return 0
+  fi
+  printf 'failed (exit %d; log: %s)\n' "$rc" "$log" >&2
+  tail -n 15 "$log" | sed 's/^/    /' >&2
+  exit "$rc"
+}
