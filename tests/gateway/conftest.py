@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.conftest import require
 from tests.fixtures_stack import Gateway
+from tests.gateway import node
 from tests.gateway.api import PASSWORD
 from tests.support import create_user
 
@@ -29,3 +32,11 @@ def token(http: httpx.Client, alice: str) -> str:
     answer = http.post("/rpc/login", json={"p_username": "alice", "p_password": PASSWORD})
     assert answer.status_code == 200, answer.text
     return str(answer.json()["token"])
+
+
+@pytest.fixture(scope="session")
+def postgrest_js() -> Path:
+    """tests/gateway/postgrest_js with its npm packages installed (node and npm are
+    test-only packages of ops/install-packages)."""
+    require(node.tools_present(), "node and npm")
+    return node.install()
