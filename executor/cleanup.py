@@ -25,7 +25,7 @@ from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db import audit as db_audit
 from executor.db import retention
-from executor.db.connection import Connection
+from executor.db.connection import Connection, as_admin
 from executor.errors import DatabaseUnavailable, PgShellError
 from executor.sandbox import EngineUnavailable, Sandbox, SandboxError
 
@@ -47,12 +47,11 @@ class RoundResult:
 
 
 class Cleanup:
-    def __init__(self, settings: Settings, sandbox: Sandbox | None,
-                 connect: Callable[[], Connection]) -> None:
+    def __init__(self, settings: Settings, sandbox: Sandbox | None) -> None:
         """``sandbox`` None: retention only (no engine on this host)."""
         self.settings = settings
         self._sandbox = sandbox
-        self._connect = connect
+        self._dsn = settings.require_database_url()
         self._signer = Signer.from_file(settings.signing_key_file)
         self._owner = f"cleanup@{socket.gethostname()}"
 
@@ -60,14 +59,11 @@ class Cleanup:
 
     def run_round(self) -> RoundResult:
         result = RoundResult()
-        conn = self._connect()
-        try:
+        with as_admin(self._dsn, "cleanup") as conn:
             self._remove_old_history(conn, result)
             result.trees_removed, result.blobs_removed = retention.collect_files(conn, FILES_GRACE)
             if self._sandbox is not None:
                 self._tidy_volumes(conn, result)
-        finally:
-            conn.close()
         log.info("cleanup round: removed %d commands from %d sessions, %d trees and %d blobs no "
                  "one reaches, %d volumes; released %d loop devices", result.commands_removed,
                  result.sessions_trimmed, result.trees_removed, result.blobs_removed,

@@ -13,7 +13,7 @@ import sdnotify
 
 from executor import metrics
 from executor.config import Settings
-from executor.sandbox import Sandbox
+from executor.sandbox import sandbox_from
 from executor.worker.loop import Worker
 from executor.worker.metrics_server import serve_executor_metrics
 
@@ -34,10 +34,7 @@ def systemd_notifier() -> Callable[[str], None]:
 
 def run_executor(settings: Settings) -> int:
     stop = threading.Event()
-    sandbox = Sandbox(settings.limits(), shell_root=settings.shell_root,
-                      docker_host=settings.docker_host, disk_quota=settings.disk_quota,
-                      volume_dir=settings.volumes_dir, scope=settings.scope)
-    worker = Worker(settings, sandbox, stop, notify=systemd_notifier())
+    worker = Worker(settings, sandbox_from(settings), stop, notify=systemd_notifier())
 
     def request_stop(signum: int, _frame: object) -> None:
         log.info("%s: no new commands; draining", signal.Signals(signum).name)

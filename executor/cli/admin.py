@@ -12,7 +12,7 @@ from executor.cli import Commands
 from executor.config import Settings
 from executor.db import admin as db_admin
 from executor.db import migrations
-from executor.db.connection import connect
+from executor.db.connection import as_admin, opened
 
 
 def register(commands: Commands) -> None:
@@ -65,23 +65,26 @@ def register(commands: Commands) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    conn = connect(settings.require_database_url())
-    done = migrations.migrate(conn, to=args.to, progress=lambda m: print(m, file=sys.stderr))
-    for notice in conn.notices:
-        print(f"warning: {notice.strip()}", file=sys.stderr)
+    with opened(settings.require_database_url(), "db migrate") as conn:
+        done = migrations.migrate(conn, to=args.to, progress=lambda m: print(m, file=sys.stderr))
+        for notice in conn.notices:
+            print(f"warning: {notice.strip()}", file=sys.stderr)
     print(f"applied {len(done)}: {', '.join(done)}" if done
           else "nothing to apply: the schema is up to date")
     return 0
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    for row in migrations.status(connect(settings.require_database_url())):
+    with opened(settings.require_database_url(), "db status") as conn:
+        rows = migrations.status(conn)
+    for row in rows:
         print(f"{row.state:8} {row.name:32} {row.applied_at or ''}")
     return 0
 
 
 def cmd_jwt_secret(args: argparse.Namespace, settings: Settings) -> int:
-    print(db_admin.jwt_secret(connect(settings.require_database_url())))
+    with as_admin(settings.require_database_url(), "db jwt-secret") as conn:
+        print(db_admin.jwt_secret(conn))
     return 0
 
 
@@ -94,16 +97,16 @@ def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = getpass.getpass(f"password for {args.username}: ")
-    user_id = db_admin.create_user(connect(settings.require_database_url()), args.username,
-                                   password)
+    with as_admin(settings.require_database_url(), "user add") as conn:
+        user_id = db_admin.create_user(conn, args.username, password)
     shown = f" with password {password}" if args.generate else ""
     print(f"created {args.username} ({user_id}){shown}")
     return 0
 
 
 def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
-    row = db_admin.set_quota(connect(settings.require_database_url()), args.username,
-                             args.sessions, args.running, args.queued)
+    with as_admin(settings.require_database_url(), "user quota") as conn:
+        row = db_admin.set_quota(conn, args.username, args.sessions, args.running, args.queued)
     print(json.dumps(row) if args.json else
           f"{row['username']}: sessions {row['max_sessions']}, running {row['max_running']}, "
           f"queued {row['max_queued']}")

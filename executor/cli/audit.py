@@ -80,30 +80,28 @@ def _print_report(report: audit.Report, as_json: bool) -> int:
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     from executor.db import audit as db_audit
+    from executor.db.connection import as_admin
 
-    conn = db_audit.admin_connection(settings.require_database_url())
-    try:
+    with as_admin(settings.require_database_url(), "audit verify") as conn:
         keys = _trusted(args, {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)})
         report = audit.verify(db_audit.history(conn, args.session), keys)
-    finally:
-        conn.close()
     return _print_report(report, args.json)
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from executor.db import audit as db_audit
+    from executor.db.connection import as_admin
 
-    conn = db_audit.admin_connection(settings.require_database_url())
     out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
-        for key in db_audit.keys(conn):
-            _line(out, {"type": "key", **key})
-        for session, links in db_audit.history(conn, args.session):
-            _line(out, {"type": "session", **session})
-            for link in links:
-                _line(out, {"type": "link", **link})
+        with as_admin(settings.require_database_url(), "audit export") as conn:
+            for key in db_audit.keys(conn):
+                _line(out, {"type": "key", **key})
+            for session, links in db_audit.history(conn, args.session):
+                _line(out, {"type": "session", **session})
+                for link in links:
+                    _line(out, {"type": "link", **link})
     finally:
-        conn.close()
         if out is not sys.stdout:
             out.close()
     return 0

@@ -31,14 +31,9 @@ def register(commands: Commands) -> None:
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     from executor.cleanup import Cleanup  # imports docker: only when needed
-    from executor.db.audit import admin_connection
-    from executor.sandbox import Sandbox, SandboxError
+    from executor.sandbox import SandboxError, sandbox_from
 
-    dsn = settings.require_database_url()
-    sandbox = None if args.no_volumes else Sandbox(
-        settings.limits(), shell_root=settings.shell_root, docker_host=settings.docker_host,
-        disk_quota=settings.disk_quota, volume_dir=settings.volumes_dir, scope=settings.scope)
-    cleanup = Cleanup(settings, sandbox, lambda: admin_connection(dsn))
+    cleanup = Cleanup(settings, None if args.no_volumes else sandbox_from(settings))
     if args.once:
         try:
             cleanup.run_once()

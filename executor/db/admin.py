@@ -1,28 +1,29 @@
-"""Administration over DATABASE_URL, acting as shell_admin."""
+"""Administration over DATABASE_URL, on a connection acting as shell_admin
+(``connection.as_admin``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from executor.db.connection import Connection, as_admin, query
+from executor.db.connection import Connection, query
 
 
 def create_user(conn: Connection, username: str, password: str) -> str:
-    return str(query(as_admin(conn), "SELECT shell.create_user(%s, %s) AS id",
+    return str(query(conn, "SELECT shell.create_user(%s, %s) AS id",
                      (username, password))[0]["id"])
 
 
 def set_quota(conn: Connection, username: str, sessions: int | None, running: int | None,
               queued: int | None) -> dict[str, Any]:
-    return query(as_admin(conn), "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s)",
+    return query(conn, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s)",
                  (username, sessions, running, queued))[0]
 
 
 def jwt_secret(conn: Connection) -> str:
-    return str(query(as_admin(conn), "SELECT shell.jwt_secret() AS s")[0]["s"])
+    return str(query(conn, "SELECT shell.jwt_secret() AS s")[0]["s"])
 
 
 def usage_report(conn: Connection, consumer: str, since: Any) -> list[dict[str, Any]]:
     """Usage per user since the consumer's watermark, which the same call
     (one transaction) moves past what it reports."""
-    return query(as_admin(conn), "SELECT * FROM shell.usage_report(%s, %s)", (consumer, since))
+    return query(conn, "SELECT * FROM shell.usage_report(%s, %s)", (consumer, since))

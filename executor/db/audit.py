@@ -5,13 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from executor.db.connection import Connection, connect, query
-
-ADMIN_ROLE = "shell_admin"
-
-
-def admin_connection(dsn: str) -> Connection:
-    return connect(dsn, role=ADMIN_ROLE, application_name="pg-shell audit")
+from executor.db.connection import Connection, query
 
 
 def keys(conn: Connection) -> list[dict[str, Any]]:

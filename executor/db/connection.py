@@ -16,6 +16,7 @@ Connection = psycopg2.extensions.connection
 
 # Statement failures that are about the connection, not the statement.
 _UNAVAILABLE_CLASSES = ("08", "57")
+ADMIN_ROLE = "shell_admin"
 LEASE_LOST_SQLSTATE = "PS001"  # shell.lease_lost (sql/migrations/0013_completion.sql)
 
 
@@ -58,10 +59,20 @@ def connect(dsn: str, *, role: str | None = None, application_name: str = "pg-sh
     return conn
 
 
-def as_admin(conn: Connection) -> Connection:
-    """The connection, now acting as shell_admin (operator commands)."""
-    query(conn, "SET ROLE shell_admin")
-    return conn
+@contextlib.contextmanager
+def opened(dsn: str, purpose: str, *, role: str | None = None) -> Iterator[Connection]:
+    """A connection for one piece of work (a CLI command, a cleanup round),
+    closed when it is done."""
+    conn = connect(dsn, role=role, application_name=f"pg-shell {purpose}")
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def as_admin(dsn: str, purpose: str) -> contextlib.AbstractContextManager[Connection]:
+    """The one way to act as shell_admin (operator commands, audit, retention)."""
+    return opened(dsn, purpose, role=ADMIN_ROLE)
 
 
 def quote_ident(name: str, conn: Connection) -> str:

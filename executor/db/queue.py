@@ -1,6 +1,5 @@
 """The executor's side of the database contract: claim, heartbeat, start,
-output, complete, expire and settle. Every call reconnects and retries on a
-broken connection (tenacity), so a passing PostgreSQL outage only delays."""
+output, complete, expire and settle, on a retrying Database."""
 
 from __future__ import annotations
 
@@ -10,10 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import tenacity
-
-from executor.db.connection import Connection, connect, query, translated_errors
-from executor.errors import DatabaseError, DatabaseUnavailable
+from executor.db.connection import query, translated_errors
+from executor.db.database import Database
+from executor.errors import DatabaseError
 
 log = logging.getLogger(__name__)
 
@@ -32,50 +30,8 @@ class ClaimedCommand:
     upload: dict[str, Any] | None = None  # an upload to apply instead of a command to run
 
 
-class ExecutorDatabase:
-    """One connection, used by one thread at a time, acting as the executor role."""
-
-    def __init__(self, dsn: str, role: str | None, *, name: str = "pg-shell-executor",
-                 persistent: bool = True) -> None:
-        """A ``persistent`` database retries a call until PostgreSQL is back;
-        otherwise a call tries once (reconnecting first if needed) and
-        raises DatabaseUnavailable."""
-        self._dsn = dsn
-        self._role = role
-        self._name = name
-        self._conn: Connection | None = None
-        self._retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(DatabaseUnavailable),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-            stop=tenacity.stop_never if persistent else tenacity.stop_after_attempt(1),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-
-    def _log_retry(self, state: tenacity.RetryCallState) -> None:
-        self.close()
-        log.warning("database unavailable, retrying (attempt %d): %s",
-                    state.attempt_number, state.outcome.exception() if state.outcome else "")
-
-    def connection(self) -> Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self._dsn, role=self._role, application_name=self._name)
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
-            self._conn = None
-
-    def call(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
-        try:
-            return self._retrying(lambda: query(self.connection(), sql, params))
-        except DatabaseUnavailable:
-            self.close()
-            raise
+class ExecutorDatabase(Database):
+    """The executor's calls, on one connection acting as the executor role."""
 
     # -- the contract -------------------------------------------------------
 

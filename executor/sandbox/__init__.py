@@ -16,7 +16,7 @@ from .errors import (
 )
 from .images import DEFAULT_REPOSITORY, EngineImage, Images, repository_of
 from .model import Limits, RunRequest, RunResult
-from .runner import Sandbox
+from .runner import Sandbox, sandbox_from
 from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_SESSION, LABEL_WORKER
 
 __all__ = [
@@ -38,4 +38,5 @@ __all__ = [
     "SandboxError",
     "VolumeError",
     "repository_of",
+    "sandbox_from",
 ]

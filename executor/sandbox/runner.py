@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 from docker.utils.socket import frames_iter
@@ -37,6 +37,9 @@ from .spec import (
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 from .watch import Frames, Watch, pump
+
+if TYPE_CHECKING:
+    from executor.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -379,6 +382,13 @@ class Sandbox:
             self.remove_container(c["Id"])
             removed.append(str(c["Id"]))
         return removed
+
+
+def sandbox_from(settings: Settings) -> Sandbox:
+    """The sandbox the settings describe (the executor's, and cleanup's)."""
+    return Sandbox(settings.limits(), shell_root=settings.shell_root,
+                   docker_host=settings.docker_host, disk_quota=settings.disk_quota,
+                   volume_dir=settings.volumes_dir, scope=settings.scope)
 
 
 def _close(raw: socket.socket) -> None:

@@ -16,6 +16,7 @@ from executor.audit.records import (
 )
 from executor.audit.signing import Signer
 from executor.db import audit as db_audit
+from executor.db.connection import as_admin
 from executor.db.queue import ClaimedCommand
 from tests.db.claim_support import (
     Worker,
@@ -50,12 +51,9 @@ def _complete(worker: Worker, cid: int, record: str, signature: str | None,
 
 
 def _verify(dsn: str) -> audit.Report:
-    conn = db_audit.admin_connection(dsn)
-    try:
+    with as_admin(dsn, "test") as conn:
         keys = {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)}
         return audit.verify(db_audit.history(conn), keys)
-    finally:
-        conn.close()
 
 
 def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused(db):
