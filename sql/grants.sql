@@ -44,6 +44,9 @@ GRANT EXECUTE ON FUNCTION
     shell_api.read_file(uuid, text, bigint),
     shell_api.command_changes(bigint),
     shell_api.upload_file(uuid, text, bytea, integer),
+    shell_api.rename_session(uuid, text),
+    shell_api.archive_session(uuid),
+    shell_api.command_limits(),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
@@ -53,7 +56,12 @@ GRANT EXECUTE ON FUNCTION
     shell.html_escape(text),
     shell.ansi_html(text),
     shell.render_command(shell.commands),
-    shell.render_changes(shell.commands)
+    shell.render_changes(shell.commands),
+    shell.outcome_class(shell.commands),
+    shell.outcome_words(shell.commands, numeric),
+    shell.short_cwd(text),
+    shell.command_buttons(shell.commands),
+    shell.time_limit_s()
 TO shell_user;
 GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks TO shell_user;
 
@@ -79,7 +87,9 @@ GRANT EXECUTE ON FUNCTION
     shell.put_trees(jsonb),
     shell.tree_listing(text),
     shell.tree_diff(text, text),
-    shell.complete_upload(bigint, text, integer)
+    shell.complete_upload(bigint, text, integer),
+    -- the time limit the page shows a running command against
+    shell.publish_time_limit(numeric)
 TO shell_executor;
 
 -- Administrators: user management, audit (`pg-shell audit`) and retention

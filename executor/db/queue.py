@@ -75,6 +75,10 @@ class ExecutorDatabase(Database):
                          (public_key_hex, worker_id))
         return str(rows[0]["key_id"])
 
+    def publish_time_limit(self, seconds: float) -> None:
+        """Tells the page the limit a running command's elapsed time counts against."""
+        self.call("SELECT shell.publish_time_limit(%s)", (seconds,))
+
     def expire_leases(self) -> list[dict[str, Any]]:
         return self.call("SELECT * FROM shell.expire_leases()")
 

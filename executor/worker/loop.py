@@ -91,6 +91,7 @@ class Worker:
         db = self._database("start-up")
         images.follow(db)
         db.register_key(self._signer.public_key_hex, self.worker_id)
+        db.publish_time_limit(self.settings.timeout_s)
         log.info("worker %s signs results with key %s", self.worker_id, self._signer.key_id)
         # Containers this worker id left behind may have run even if they
         # were never marked running: those commands must not run again.
