@@ -65,6 +65,39 @@ class Settings(BaseSettings):
     listen_port: int = Field(default=8080, ge=1, le=65535, description="its port")
     html_dir: str = Field(default_factory=lambda: str(resource_dir("html")),
                           description="the web UI's files")
+    max_body_bytes: int = Field(
+        default=2 * MiB, ge=1024,
+        description="largest request body `pg-shell serve` reads (413 beyond it, refused from "
+                    "Content-Length or while it streams, before it is buffered)")
+    max_upload_bytes: int = Field(
+        default=129 * MiB, ge=1024,
+        description="the same for `upload_file` calls that carry a valid token (a 64 MiB file "
+                    "travels hex-encoded in JSON: twice its size)")
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=30,
+        description="a connection whose request headers are not complete this long after it "
+                    "opened (or after the previous answer) is closed")
+    idle_timeout_s: float = Field(
+        default=10.0, gt=0, le=30,
+        description="a request body that stalls this long, or an idle keep-alive connection, "
+                    "is closed")
+    max_connections: int = Field(
+        default=256, ge=2,
+        description="connections `pg-shell serve` holds at once; a request beyond them gets 503")
+    long_polls: int = Field(
+        default=192, ge=1,
+        description="long-polls (`Prefer: wait`) `pg-shell serve` holds at once; one beyond gets "
+                    "429 with Retry-After (keep it below `PG_SHELL_MAX_CONNECTIONS`)")
+    long_polls_per_user: int = Field(
+        default=16, ge=1, description="long-polls one user may hold at once (429 beyond)")
+    response_budget_bytes: int = Field(
+        default=4 * MiB, ge=64 * 1024,
+        description="largest page of rows `pg-shell serve` sends: a longer one stops at a row "
+                    "boundary with 206 and a Content-Range to continue from")
+    login_attempts_per_minute: int = Field(
+        default=30, ge=1,
+        description="logins the gateway accepts per client address and minute (429 beyond; the "
+                    "database also throttles each username)")
 
     # -- the headless CLI (`pg-shell run`, …)
     url: str = Field(default="http://127.0.0.1:8080", pattern=r"^https?://[^\s]+$",
@@ -103,9 +136,17 @@ class Settings(BaseSettings):
     metrics_host: str = Field(default="127.0.0.1",
                               description="where the executor serves Prometheus `/metrics`")
     metrics_port: int = Field(default=9464, ge=0, le=65535,
-                              description="its port (0: off); the gateway serves `/metrics` itself")
+                              description="its port (0: off)")
+    gateway_metrics_port: int = Field(
+        default=9465, ge=0, le=65535,
+        description="where `pg-shell serve` serves its Prometheus `/metrics`, on "
+                    "`PG_SHELL_METRICS_HOST`, never on the public origin (0: off)")
     metrics_interval_s: float = Field(
         default=5.0, gt=0, le=3600,
+    output_notify_interval_s: float = Field(
+        default=0.25, ge=0, le=5,
+        description="how often, at most, a streaming command wakes the session's listeners "
+                    "(output written meanwhile is announced once the interval has passed)")
         description="how often the executor and the gateway read the queue depth")
 
     # -- the engine and the image

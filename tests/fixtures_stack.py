@@ -166,10 +166,12 @@ class Gateway:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60) -> Gateway:
+    def start(self, timeout: float = 60, **overrides: str) -> Gateway:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
         env.update({"DATABASE_URL": self.dsn,
-                    "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(self.dsn)})
+                    "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(self.dsn),
+                    # Tests run side by side: a test that scrapes metrics picks a free port.
+                    "PG_SHELL_GATEWAY_METRICS_PORT": "0", **overrides})
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "executor.cli.main", "serve", "--port", str(self.port)],

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from executor.cli import Commands
 from executor.config import Settings
+from executor.errors import ConfigError
 
 
 def register(commands: Commands) -> None:
@@ -25,9 +25,31 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from executor.gateway.app import create_app
+    from executor.gateway.connections import guarded_protocol
 
     dsn = settings.gateway_database_url or settings.require_database_url()
-    app = create_app(dsn, Path(settings.html_dir), settings.metrics_interval_s)
+    refuse_privileged_login(dsn)
+    app = create_app(settings, dsn)
     uvicorn.run(app, host=args.host or settings.listen_host, port=args.port or settings.listen_port,
-                log_level="info", access_log=False)
+                log_level="info", access_log=False,
+                http=guarded_protocol(settings.header_timeout_s, settings.idle_timeout_s),
+                timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
+                limit_concurrency=settings.max_connections)
     return 0
+
+
+def refuse_privileged_login(dsn: str) -> None:
+    """Row-level security does not bind a superuser or a BYPASSRLS role, so
+    the gateway will not serve tenants from one."""
+    from executor.db.gateway import GatewayDatabase
+
+    db = GatewayDatabase(dsn, max_connections=1)
+    try:
+        problem = db.login_role_problem()
+    finally:
+        db.close()
+    if problem:
+        raise ConfigError(
+            f"{problem}: row-level security would not hold. Set PG_SHELL_GATEWAY_DATABASE_URL "
+            "to a connection as shell_authenticator (LOGIN NOINHERIT, as for PostgREST; give it "
+            "a password with ALTER ROLE shell_authenticator PASSWORD '…').")

@@ -9,7 +9,7 @@ import logging
 import select
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg2
@@ -18,13 +18,23 @@ import psycopg2.pool
 
 from executor.db import row_query
 from executor.db.connection import connect, translate, translated_errors
-from executor.errors import DatabaseUnavailable
+from executor.errors import DatabaseError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 API_SCHEMA = "shell_api"
 HTML_TYPE = 'shell_api."text/html"'
-STATEMENT_TIMEOUT = "10s"
+# The settings of the roles a request may become (ALTER ROLE … SET, e.g.
+# statement_timeout), applied per transaction as PostgREST applies them:
+# SET ROLE alone does not bring a role's settings along.
+_ROLE_SETTINGS = """
+SELECT r.rolname AS role, s.setconfig AS settings
+FROM pg_db_role_setting s
+JOIN pg_roles r ON r.oid = s.setrole
+WHERE s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+  AND r.rolname IN ('shell_anon', 'shell_user')
+ORDER BY s.setdatabase
+"""
 
 _CATALOG = """
 SELECT p.proname AS name,
@@ -72,6 +82,14 @@ class RpcFunction:
         return self.return_base_type == "bytea" and not self.returns_set
 
 
+@dataclass
+class ResponseSettings:
+    """What a function asked for through PostgREST's response.status and
+    response.headers settings (a status, and headers as name → value)."""
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 class GatewayDatabase:
     def __init__(self, dsn: str, max_connections: int = 16) -> None:
         with translated_errors():
@@ -79,6 +97,7 @@ class GatewayDatabase:
                                                               application_name="pg-shell-gateway")
         # The pool raises when empty; requests wait for a connection instead.
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.role_settings: dict[str, list[tuple[str, str]]] = {}
 
     def close(self) -> None:
         self._pool.closeall()
@@ -125,10 +144,32 @@ class GatewayDatabase:
         """One page of a set-returning function's rows, read as ``role``;
         ``check`` may refuse the page, and then the call is rolled back."""
         def read(cur: Any) -> row_query.RowPage:
-            _become(cur, role, claims)
+            _become(cur, role, claims, self.role_settings.get(role, []))
             page = row_query.read_page(cur, query)
             check(page)
             return page
+        return self._run(read)
+
+    def load_role_settings(self) -> None:
+        def read(cur: Any) -> dict[str, list[tuple[str, str]]]:
+            cur.execute(_ROLE_SETTINGS)
+            found: dict[str, list[tuple[str, str]]] = {}
+            for r in cur.fetchall():  # a database's settings come after (and win over) global ones
+                for item in r["settings"]:
+                    name, _, value = item.partition("=")
+                    found.setdefault(r["role"], []).append((name, value))
+            return found
+        self.role_settings = self._run(read)
+
+    def login_role_problem(self) -> str | None:
+        """Why the login role may not serve tenants (it would see past
+        row-level security), or None."""
+        def read(cur: Any) -> str | None:
+            cur.execute("SELECT rolname, rolsuper, rolbypassrls FROM pg_roles"
+                        " WHERE rolname = session_user")
+            r = cur.fetchone()
+            kind = "a superuser" if r["rolsuper"] else "BYPASSRLS" if r["rolbypassrls"] else None
+            return f"the gateway's login role {r['rolname']} is {kind}" if kind else None
         return self._run(read)
 
     def jwt_secret(self) -> str:
@@ -145,10 +186,11 @@ class GatewayDatabase:
         return self._run(read)
 
     def call(self, fn: RpcFunction, args: dict[str, Any], role: str,
-             claims: dict[str, Any] | None) -> Any:
+             claims: dict[str, Any] | None, response: ResponseSettings | None = None) -> Any:
         """Calls ``fn`` with named arguments (already checked against the
         catalog) as ``role``; returns a list of rows for a set-returning
-        function, else the scalar."""
+        function, else the scalar. ``response`` receives the status and
+        headers the function set, if any."""
         types = dict(zip(fn.arg_names, fn.arg_types))
         named = ", ".join(f'"{name}" => %s::{types[name]}' for name in args)
         target = f'{API_SCHEMA}."{fn.name}"({named})'
@@ -156,9 +198,12 @@ class GatewayDatabase:
         values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
 
         def invoke(cur: Any) -> Any:
-            _become(cur, role, claims)
+            _become(cur, role, claims, self.role_settings.get(role, []))
             cur.execute(sql, values)
             rows = cur.fetchall()
+            if response is not None:
+                found = _response_settings(cur)
+                response.status, response.headers = found.status, found.headers
             if fn.returns_set:
                 return [dict(r) for r in rows]
             result = rows[0]["result"]
@@ -166,13 +211,33 @@ class GatewayDatabase:
         return self._run(invoke)
 
 
-def _become(cur: Any, role: str, claims: dict[str, Any] | None) -> None:
-    """The rest of the transaction runs as the caller, as PostgREST runs it."""
-    # A tenant's request may not hold the database for long.
+def _become(cur: Any, role: str, claims: dict[str, Any] | None,
+            settings: list[tuple[str, str]]) -> None:
+    """The rest of the transaction runs as the caller, with the caller's role
+    settings (statement_timeout: a request may not hold the database for
+    long), as PostgREST runs it."""
     cur.execute("SELECT set_config('role', %s, true),"
-                " set_config('request.jwt.claims', %s, true),"
-                " set_config('statement_timeout', %s, true)",
-                (role, json.dumps(claims) if claims is not None else "", STATEMENT_TIMEOUT))
+                " set_config('request.jwt.claims', %s, true)",
+                (role, json.dumps(claims) if claims is not None else ""))
+    for name, value in settings:
+        cur.execute("SELECT set_config(%s, %s, true)", (name, value))
+
+
+def _response_settings(cur: Any) -> ResponseSettings:
+    """response.status / response.headers as the function left them; PostgREST
+    refuses malformed ones, and so does the gateway (a DatabaseError, 500)."""
+    cur.execute("SELECT current_setting('response.status', true) AS status,"
+                " current_setting('response.headers', true) AS headers")
+    row = cur.fetchone()
+    answer = ResponseSettings()
+    try:
+        if row["status"]:
+            answer.status = int(row["status"])
+        for header in json.loads(row["headers"] or "[]"):
+            answer.headers.update({str(k): str(v) for k, v in dict(header).items()})
+    except (TypeError, ValueError) as exc:
+        raise DatabaseError(f"response.status or response.headers is malformed: {exc}") from exc
+    return answer
 
 
 def listen_forever(dsn: str, channel: str, deliver: Callable[[str], None],

@@ -19,22 +19,28 @@ from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from executor import metrics
-from executor.db.gateway import API_SCHEMA, GatewayDatabase, RpcFunction
+from executor.config import Settings
+from executor.db.gateway import API_SCHEMA, GatewayDatabase, ResponseSettings, RpcFunction
 from executor.errors import ApiError, DatabaseError
 from executor.gateway import media, openapi, ranges, rows
 from executor.gateway.auth import AuthError, Identity, identify
+from executor.gateway.body_limit import BodyLimit
 from executor.gateway.grammar import is_grammar
 from executor.gateway.live import ChangeFeed
-from executor.gateway.metrics_route import metrics_endpoint, read_queue_depth
+from executor.gateway.metrics_route import read_queue_depth
 from executor.gateway.status import http_status
+from executor.gateway.throttle import AddressThrottle, retry_after
+from executor.worker.metrics_server import serve_metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,6 +60,10 @@ MAX_WAIT_S = 25
 # HEAD is a GET whose body is left out (a client asking for the count only).
 READS = ("GET", "HEAD")
 _PREFER_WAIT = re.compile(r"\bwait=(\d+)")
+# Arguments are flat values or small JSON documents; PostgREST passes deeper ones
+# on, but nothing in shell_api takes them, and parsing them costs stack.
+MAX_NESTING = 64
+_BRACKETS = re.compile(rb"[][{}]")
 
 
 def _json_default(value: Any) -> Any:
@@ -93,9 +103,10 @@ def api_error_response(exc: ApiError) -> Response:
 
 
 class Gateway:
-    def __init__(self, db: GatewayDatabase, feed: ChangeFeed) -> None:
+    def __init__(self, db: GatewayDatabase, feed: ChangeFeed, logins: AddressThrottle) -> None:
         self.db = db
         self.feed = feed
+        self.logins = logins
         self.catalog: dict[str, RpcFunction] = {}
         self.columns: dict[str, tuple[str, ...]] = {}  # set-returning functions' result columns
         self.secret = ""
@@ -104,6 +115,18 @@ class Gateway:
         self.catalog = self.db.catalog()
         self.columns = self.db.result_columns()
         self.secret = self.db.jwt_secret()
+        self.db.load_role_settings()
+
+    def upload_allowed(self, scope: Scope) -> bool:
+        """Whether a request may send an upload's body: upload_file with a
+        valid token (checked before the body is read, so an anonymous client
+        gets the small limit)."""
+        if scope["path"] != "/rpc/upload_file":
+            return False
+        try:
+            return identify(Headers(scope=scope).get("authorization"), self.secret).authenticated
+        except AuthError:
+            return False
 
     async def rpc(self, request: Request) -> Response:
         response = await self._rpc(request)
@@ -123,6 +146,10 @@ class Gateway:
             args, grammar = await self._arguments(request, self.columns.get(name))
         except ValueError as exc:
             return error_response(400, "PGRST102", str(exc))
+        if _has_nul([args, grammar]):
+            # As PostgreSQL answers PostgREST, which hands it the JSON whole.
+            return error_response(400, "22P05", "unsupported Unicode escape sequence",
+                                  "\\u0000 cannot be converted to text.")
         if fn is None or not set(fn.required) <= set(args) or not set(args) <= set(fn.arg_names):
             listed = ", ".join(sorted(args))
             return error_response(404, "PGRST202",
@@ -131,18 +158,31 @@ class Gateway:
                                   hint="Check the function name and its parameter names.")
         if request.method in READS and not fn.read_only:
             return error_response(405, "PGRST101", f"{name} changes data: call it with POST")
+        if name == "login" and (wait := self.logins.take(_client_address(request))):
+            refused = error_response(429, "PT429", "too many logins from this address",
+                                     hint=f"Try again in {retry_after(wait)} seconds.")
+            refused.headers["Retry-After"] = retry_after(wait)
+            return refused
+        asked = ResponseSettings()
         try:
             if name in self.columns:
                 return await self._rows(request, fn, args, grammar, identity)
             result = await self._wait(fn, args, request.headers.get("prefer", ""),
                                       lambda: self.db.call(fn, args, identity.role,
-                                                           identity.claims))
+                                                           identity.claims, asked))
         except ApiError as exc:
             return api_error_response(exc)
         except DatabaseError as exc:
             status = http_status(exc.sqlstate, identity.authenticated)
             return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail,
                                   exc.hint)
+        response = self._answer(request, fn, result)
+        if asked.status is not None:  # set by the function, as PostgREST honours it
+            response.status_code = asked.status
+        response.headers.update(asked.headers)
+        return response
+
+    def _answer(self, request: Request, fn: RpcFunction, result: Any) -> Response:
         offered = ({media.HTML} if fn.returns_html
                    else {media.OCTET_STREAM} if fn.returns_bytes else set())
         chosen = media.preferred(request.headers.get("accept"), offered)
@@ -184,6 +224,8 @@ class Gateway:
             return dict(parse_qsl(body.decode(), keep_blank_values=True))
         if not body.strip():
             return {}
+        if _nesting(body) > MAX_NESTING:
+            raise ValueError(f"the body is nested more than {MAX_NESTING} levels deep")
         try:
             args = json.loads(body)
         except ValueError as exc:
@@ -217,14 +259,52 @@ class Gateway:
             self.feed.unsubscribe(session_id, changed)
 
 
-def create_app(dsn: str, html_dir: Path, metrics_interval_s: float = 5.0) -> Starlette:
-    gateway = Gateway(GatewayDatabase(dsn), ChangeFeed(dsn))
+def _nesting(body: bytes) -> int:
+    """How deeply the JSON in ``body`` nests, counted without parsing it (a
+    bracket inside a string counts too: an overestimate only refuses absurd
+    bodies). Deep nesting would exhaust the parser's and the encoder's stack."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(body):
+        depth += 1 if match.group() in (b"[", b"{") else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a NUL is in any string (or key) of ``value``: PostgreSQL's text
+    cannot hold one, and the driver would fail on it instead of the database.
+    Iterative: the arguments were parsed, but may still be nested deeply."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return False
+
+
+def _client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def create_app(settings: Settings, dsn: str) -> Starlette:
+    gateway = Gateway(GatewayDatabase(dsn), ChangeFeed(dsn),
+                      AddressThrottle(settings.login_attempts_per_minute))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(gateway.load)
         gateway.feed.start()
-        queue_depth = asyncio.create_task(read_queue_depth(gateway.db, metrics_interval_s))
+        # Off the public origin: on its own port, 127.0.0.1 by default.
+        serve_metrics(settings.metrics_host, settings.gateway_metrics_port, metrics.GATEWAY,
+                      "PG_SHELL_GATEWAY_METRICS_PORT")
+        queue_depth = asyncio.create_task(read_queue_depth(gateway.db,
+                                                           settings.metrics_interval_s))
         yield
         queue_depth.cancel()
         gateway.feed.stop()
@@ -235,14 +315,18 @@ def create_app(dsn: str, html_dir: Path, metrics_interval_s: float = 5.0) -> Sta
         response.headers.update(SECURITY_HEADERS)
         return response
 
+    def body_limit(scope: Scope) -> int:
+        return (settings.max_upload_bytes if gateway.upload_allowed(scope)
+                else settings.max_body_bytes)
+
     return Starlette(
         routes=[
             Route("/rpc/{name:str}", gateway.rpc, methods=["GET", "POST"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
             Mount("/", openapi.RootWithDescription(
-                StaticFiles(directory=html_dir, html=True),
+                StaticFiles(directory=Path(settings.html_dir), html=True),
                 lambda: openapi.describe(gateway.catalog, gateway.columns))),
         ],
-        middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)],
+        middleware=[Middleware(BodyLimit, limit_of=body_limit),
+                    Middleware(BaseHTTPMiddleware, dispatch=security_headers)],
         lifespan=lifespan,
     )

@@ -4,12 +4,15 @@ the observations, and the queue depth is what the database holds."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures_stack import Gateway, free_port
 from tests.observability.conftest import PASSWORD, wait_for
 from tests.support import call
 
@@ -81,8 +84,18 @@ def test_executor_metrics_count_commands_time_output_and_tenants(db, make_tenant
     assert value(samples, "pg_shell_tenant_commands_total", user_id=alice.user_id) == 5
 
 
+@pytest.fixture
+def metrics_gateway(db: str, tmp_path: Path) -> Iterator[tuple[Gateway, str]]:
+    """The real gateway with its metrics on a free port: (gateway, metrics url)."""
+    port = free_port()
+    gw = Gateway(db, tmp_path / "gateway.log").start(PG_SHELL_GATEWAY_METRICS_PORT=str(port))
+    yield gw, f"http://127.0.0.1:{port}/metrics"
+    gw.stop()
+
+
 def test_gateway_metrics_count_requests_by_function_and_status_and_read_the_queue_depth(
-        db, gateway, make_tenant):
+        db, metrics_gateway, make_tenant):
+    gateway, metrics_url = metrics_gateway
     alice = make_tenant("alice")
     with httpx.Client(base_url=gateway.url, timeout=30) as http:
         token = http.post("/rpc/login",
@@ -99,7 +112,7 @@ def test_gateway_metrics_count_requests_by_function_and_status_and_read_the_queu
                             json={"p_session_id": "00000000-0000-0000-0000-000000000000"})
         assert unknown.status_code == 400
 
-    samples = scrape(f"{gateway.url}/metrics")
+    samples = scrape(metrics_url)
     requests = "pg_shell_gateway_requests_total"
     assert value(samples, requests, function="login", status="200") == 1
     assert value(samples, requests, function="login", status="403") == 1
@@ -109,4 +122,4 @@ def test_gateway_metrics_count_requests_by_function_and_status_and_read_the_queu
     assert sum(v for (name, _), v in samples.items() if name == requests) == 7
     # No executor runs here: the three commands stay queued.
     wait_for("the gateway to read the queue depth",
-             lambda: value(scrape(f"{gateway.url}/metrics"), "pg_shell_queue_depth") == 3)
+             lambda: value(scrape(metrics_url), "pg_shell_queue_depth") == 3)
