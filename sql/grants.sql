@@ -74,6 +74,7 @@ GRANT EXECUTE ON FUNCTION
     shell.mark_started(bigint, text, integer, text, text),
     shell.append_output(bigint, text, integer, integer, text),
     shell.complete_command(bigint, text, integer, text, text, text),
+    shell.chain_position(bigint, text, integer),
     shell.register_signing_key(text, text),
     shell.expire_leases(),
     shell.settle_worker(text, bigint[]),
@@ -97,7 +98,7 @@ TO shell_executor;
 GRANT USAGE ON SCHEMA shell TO shell_admin;
 GRANT EXECUTE ON FUNCTION
     shell.create_user(text, text),
-    shell.set_user_quota(text, integer, integer, integer),
+    shell.set_user_quota(text, integer, integer, integer, integer),
     shell.audit_history(uuid),
     shell.audit_sessions(uuid),
     shell.audit_keys(),

@@ -16,20 +16,32 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # Version 2 added the roots of the session's files before and after the
-# command (sql/migrations/0011_workspace.sql); version 1 records stay valid.
-RECORD_VERSION = 2
+# command (sql/migrations/0011_workspace.sql); version 3 the link's own
+# chain_seq and chain_prev, so a signature also vouches for where the link
+# sits (sql/migrations/0017_limits_quotas_audit.sql). Earlier records stay
+# valid for what they state.
+RECORD_VERSION = 3
 DATABASE_SIGNER = "database"
 FACT_FIELDS_V1 = (
     "command_id", "session_id", "user_id", "command_sha256", "status", "exit_code", "reason",
     "truncated", "output_sha256", "cwd_before", "env_before", "cwd_after", "env_after",
     "image_digest", "worker_id", "attempt", "duration_ms",
 )
-FACT_FIELDS = (*FACT_FIELDS_V1, "root_before", "root_after")
+FACT_FIELDS_V2 = (*FACT_FIELDS_V1, "root_before", "root_after")
+FACT_FIELDS = (*FACT_FIELDS_V2, "chain_seq", "chain_prev")
 
 
 def fact_fields(version: object) -> tuple[str, ...]:
     """The facts a record of this version vouches for."""
-    return FACT_FIELDS_V1 if version == 1 else FACT_FIELDS
+    if version == 1:
+        return FACT_FIELDS_V1
+    return FACT_FIELDS_V2 if version == 2 else FACT_FIELDS
+
+
+def binds_position(record: Mapping[str, Any]) -> bool:
+    """Whether the record names its own chain position (version 3 on)."""
+    version = record.get("v")
+    return isinstance(version, int) and version >= 3
 
 
 def sha256_hex(text: str) -> str:
@@ -66,6 +78,8 @@ def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
         "duration_ms": row["duration_ms"],
         "root_before": row.get("root_before"),
         "root_after": row.get("root_after"),
+        "chain_seq": row.get("chain_seq"),
+        "chain_prev": row.get("chain_prev"),
     }
 
 
@@ -110,10 +124,26 @@ class Claimed(Protocol):
     def root(self) -> str | None: ...
 
 
+@dataclass(frozen=True)
+class ChainPosition:
+    """Where a link goes: its chain_seq and the hash of the link before it
+    (``shell.chain_position``, read in the completing transaction)."""
+
+    seq: int
+    prev: str
+
+
+@dataclass(frozen=True)
+class SignedRecord:
+    text: str
+    signature: str
+    key_id: str
+
+
 def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Completion,
-                  finished_at: str | None = None) -> str:
+                  position: ChainPosition, finished_at: str | None = None) -> str:
     """The canonical text of an executor's result record: it states what the
-    command's row will hold."""
+    command's row will hold, and where its link sits in the chain."""
     return canonical({
         "v": RECORD_VERSION, "signer": signer, "command_id": claimed.command_id,
         "session_id": str(claimed.session_id), "user_id": str(claimed.user_id),
@@ -128,7 +158,7 @@ def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Com
         "started_at": outcome.started_at, "finished_at": finished_at or utc_now(),
         "root_before": claimed.root,
         "root_after": claimed.root if outcome.root_after is None else outcome.root_after,
-        "host": outcome.host,
+        "host": outcome.host, "chain_seq": position.seq, "chain_prev": position.prev,
     })
 
 

@@ -24,7 +24,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from executor.audit.records import DATABASE_SIGNER, GENESIS, chain_hash, fact_fields, facts_of
+from executor.audit.records import (
+    DATABASE_SIGNER,
+    GENESIS,
+    binds_position,
+    chain_hash,
+    fact_fields,
+    facts_of,
+)
 from executor.audit.signing import signature_valid
 
 EDITED = "edited"
@@ -69,17 +76,50 @@ class Report:
                 "breaks": [asdict(b) for b in self.breaks]}
 
 
+Head = tuple[int, str]  # a chain head exported earlier: (chain_seq, chain_hash)
+
+
 def verify(sessions: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]],
-           keys: Mapping[str, str]) -> Report:
-    """``sessions``: (session, links) pairs; ``keys``: key_id → public key (hex)."""
+           keys: Mapping[str, str], heads: Mapping[str, Head] | None = None) -> Report:
+    """``sessions``: (session, links) pairs; ``keys``: key_id → public key
+    (hex); ``heads``: session id → a head exported earlier, which each of
+    these sessions' chains must still reach (a chain cut short at its end
+    re-links to nothing, so only a head kept elsewhere shows it)."""
     report = Report()
+    unseen = dict(heads or {})
     for session, links in sessions:
         report.sessions += 1
         report.links += len(links)
+        sid = str(session["session_id"])
         found = verify_session(session, links, keys)
+        head = unseen.pop(sid, None)
+        if found is None and head is not None:
+            found = _check_head(sid, session, links, head)
         if found:
             report.breaks.append(found)
+    for sid, (seq, _) in unseen.items():
+        report.breaks.append(Break(sid, None, seq, DELETED,
+                                   f"the exported head is at chain_seq {seq}, but the session "
+                                   "has no chain any more"))
     return report
+
+
+def _check_head(sid: str, session: Mapping[str, Any], links: list[Mapping[str, Any]],
+                head: Head) -> Break | None:
+    seq, hash_ = head
+    if session.get("checkpoint_seq") is not None and seq <= session["checkpoint_seq"]:
+        if seq < session["checkpoint_seq"] or hash_ == session["checkpoint_hash"]:
+            return None  # retention removed it, and its checkpoint vouches for what came before
+    elif any(lk["chain_seq"] == seq and lk["chain_hash"] == hash_ for lk in links):
+        return None
+    if seq > session["head_seq"]:
+        return Break(sid, None, seq, DELETED,
+                     f"chain_seq {_span(session['head_seq'] + 1, seq)} missing at the end of the "
+                     f"chain (the exported head is at {seq}, the chain ends at "
+                     f"{session['head_seq']})")
+    return Break(sid, None, seq, EDITED,
+                 f"the link at chain_seq {seq} is not the one the exported head names",
+                 "chain_head")
 
 
 def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
@@ -95,7 +135,7 @@ def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
         start_seq, start_hash = session["checkpoint_seq"], session["checkpoint_hash"]
         kept = [lk for lk in chained if lk["chain_seq"] <= start_seq]
         for link in kept:  # pinned by a fork or replay: each checked on its own
-            found = _check_record(sid, link, keys) or _check_own_hash(sid, link)
+            found = _check_record(sid, link, keys, chained) or _check_own_hash(sid, link)
             if found:
                 return found
         missing = start_seq - session["checkpoint_removed"] - len(kept)
@@ -112,7 +152,7 @@ def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
                          f"chain_seq {_span(expected_seq, seq - 1)} missing before this link")
         if seq < expected_seq:
             return Break(sid, link["command_id"], seq, REORDERED, f"chain_seq {seq} appears twice")
-        found = _check_record(sid, link, keys)
+        found = _check_record(sid, link, keys, chained)
         if found:
             return found
         computed = chain_hash(link["chain_prev"] or "", link["result_record"])
@@ -139,7 +179,8 @@ def _span(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}..{last}"
 
 
-def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) -> Break | None:
+def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str],
+                  chained: list[Mapping[str, Any]]) -> Break | None:
     cid, seq, text = link["command_id"], link["chain_seq"], link["result_record"]
 
     def brk(cause: str, detail: str, fld: str | None = None) -> Break:
@@ -165,6 +206,10 @@ def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) ->
             return brk(FORGED, f"signed by an unknown key {signer!r}")
         if not signature_valid(public_key, text, link["signature"]):
             return brk(FORGED, f"the signature does not match the record (key {signer})")
+    if binds_position(record):
+        moved = _check_position(sid, link, record, chained)
+        if moved:
+            return moved
     facts = facts_of(link)
     for name in fact_fields(record.get("v")):
         claimed = record.get(name, _ABSENT)
@@ -178,6 +223,32 @@ def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str]) ->
     if chunks is not None and chunks != record["output_sha256"]:
         return brk(EDITED, "the stored output chunks no longer match the record", "output_chunks")
     return None
+
+
+def _check_position(sid: str, link: Mapping[str, Any], record: Mapping[str, Any],
+                    chained: list[Mapping[str, Any]]) -> Break | None:
+    """A record that names its position (version 3) must sit there: a link
+    re-numbered or re-linked after others were deleted or moved says so,
+    whatever the rows' hashes were rewritten to."""
+    cid, seq = link["command_id"], link["chain_seq"]
+    named_seq, named_prev = record.get("chain_seq"), record.get("chain_prev")
+    if named_seq == seq and named_prev == link["chain_prev"]:
+        return None
+    if any(_named_seq(other) == seq for other in chained if other is not link):
+        return Break(sid, cid, seq, REORDERED,
+                     f"the signed record sits at chain_seq {named_seq}; the chain puts it at "
+                     f"{seq}, where another record belongs")
+    return Break(sid, cid, seq, DELETED,
+                 f"the signed record sits at chain_seq {named_seq}, after {str(named_prev)[:16]}: "
+                 "the link(s) before it were removed and the chain re-linked")
+
+
+def _named_seq(link: Mapping[str, Any]) -> object:
+    try:
+        record = json.loads(link["result_record"] or "null")
+    except ValueError:
+        return None
+    return record.get("chain_seq") if isinstance(record, dict) else None
 
 
 def _check_own_hash(sid: str, link: Mapping[str, Any]) -> Break | None:

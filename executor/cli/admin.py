@@ -53,6 +53,9 @@ def register(commands: Commands) -> None:
     quota.add_argument("--sessions", type=int, help="most sessions the user may have")
     quota.add_argument("--running", type=int, help="most commands running at once")
     quota.add_argument("--queued", type=int, help="most unfinished (queued or running) commands")
+    quota.add_argument("--output-mb", type=int, metavar="MB",
+                       help="most output (MiB) the user's kept commands may store; past it, "
+                            "submitting fails with 429")
     quota.add_argument("--json", action="store_true", help="print JSON")
     quota.set_defaults(handler=cmd_user_quota)
 
@@ -106,10 +109,11 @@ def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
     with as_admin(settings.require_database_url(), "user quota") as conn:
-        row = db_admin.set_quota(conn, args.username, args.sessions, args.running, args.queued)
+        row = db_admin.set_quota(conn, args.username, args.sessions, args.running, args.queued,
+                                 args.output_mb)
     print(json.dumps(row) if args.json else
           f"{row['username']}: sessions {row['max_sessions']}, running {row['max_running']}, "
-          f"queued {row['max_queued']}")
+          f"queued {row['max_queued']}, output {row['max_output_mb']} MiB")
     return 0
 
 

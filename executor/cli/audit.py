@@ -28,6 +28,14 @@ def register(commands: Commands) -> None:
                     "broken link of each session and its cause. Exit 0 when intact, 1 otherwise.")
     _common(verify)
     verify.set_defaults(handler=cmd_verify)
+    head = actions.add_parser(
+        "head", help="export each session's chain head, to check later with verify --head",
+        description="Writes {session id: [chain_seq, chain_hash]} as JSON. Keep it away from the "
+                    "database (a ticket, another host): a chain cut short at its end still links, "
+                    "and only an earlier head shows the links that went missing.")
+    head.add_argument("--session", metavar="S", help="only this session")
+    head.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    head.set_defaults(handler=cmd_head)
     export = actions.add_parser(
         "export", help="write the history as JSON lines that verify without the database",
         description="One line per public key, per session (chain head, checkpoint) and per ended "
@@ -52,6 +60,9 @@ def _common(parser: argparse.ArgumentParser, session: bool = True) -> None:
     parser.add_argument("--trust", metavar="PUBLIC_KEY", action="append",
                         help="trust only these public keys (64 hex digits; repeatable), not the "
                              "ones the database or the file lists")
+    parser.add_argument("--head", metavar="FILE",
+                        help="heads exported earlier by `pg-shell audit head`: each session's "
+                             "chain must still reach its head")
 
 
 def _trusted(args: argparse.Namespace, listed: dict[str, str]) -> dict[str, str]:
@@ -65,10 +76,36 @@ def _trusted(args: argparse.Namespace, listed: dict[str, str]) -> dict[str, str]
         raise PgShellError(f"--trust: not a hex public key: {exc}") from exc
 
 
-def _print_report(report: audit.Report, as_json: bool) -> int:
+def _heads(args: argparse.Namespace) -> dict[str, audit.Head] | None:
+    if not args.head:
+        return None
+    try:
+        with open(args.head, encoding="utf-8") as f:
+            raw = json.load(f)
+        heads = {str(sid): (int(seq), str(hash_)) for sid, (seq, hash_) in raw.items()}
+    except OSError as exc:
+        raise PgShellError(f"--head {args.head}: {exc.strerror}") from exc
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise PgShellError(f"--head {args.head}: not a file `pg-shell audit head` wrote") from exc
+    if getattr(args, "session", None):
+        heads = {sid: h for sid, h in heads.items() if sid == args.session}
+    return heads
+
+
+def _keys_note(args: argparse.Namespace, source: str) -> str:
+    if args.trust:
+        return f"keys: only the {len(args.trust)} --trust key(s)"
+    # Whoever can write the history can also register a key of their own.
+    return (f"keys: as listed by the {source}, not --trust: this shows the history is "
+            f"consistent, not who wrote it (pass --trust KEY to check signatures)")
+
+
+def _print_report(report: audit.Report, as_json: bool, keys_note: str) -> int:
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
-    elif report.intact:
+        print(json.dumps({**report.to_json(), "keys": keys_note}, indent=2))
+        return 0 if report.intact else 1
+    print(keys_note, file=sys.stderr)
+    if report.intact:
         print(f"intact: {report.links} links in {report.sessions} sessions")
     else:
         print(f"BROKEN: {len(report.breaks)} of {report.sessions} sessions "
@@ -84,8 +121,24 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
     with as_admin(settings.require_database_url(), "audit verify") as conn:
         keys = _trusted(args, {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)})
-        report = audit.verify(db_audit.history(conn, args.session), keys)
-    return _print_report(report, args.json)
+        report = audit.verify(db_audit.history(conn, args.session), keys, _heads(args))
+    return _print_report(report, args.json, _keys_note(args, "database"))
+
+
+def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
+    from executor.db import audit as db_audit
+    from executor.db.connection import as_admin
+
+    with as_admin(settings.require_database_url(), "audit head") as conn:
+        heads = {str(s["session_id"]): [s["head_seq"], s["head_hash"]]
+                 for s in db_audit.sessions(conn, args.session)}
+    text = json.dumps(heads, indent=1, sort_keys=True) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -145,4 +198,5 @@ def cmd_verify_export(args: argparse.Namespace, settings: Settings) -> int:
         raise PgShellError(f"{args.file}: {exc.strerror}") from exc
     with source:
         keys, sessions = read_export(source)
-    return _print_report(audit.verify(sessions, _trusted(args, keys)), args.json)
+    report = audit.verify(sessions, _trusted(args, keys), _heads(args))
+    return _print_report(report, args.json, _keys_note(args, "export file"))

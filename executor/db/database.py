@@ -6,14 +6,16 @@ round) uses ``connection.opened`` or ``connection.as_admin`` instead."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import tenacity
 
-from executor.db.connection import Connection, connect, query
+from executor.db.connection import Connection, connect, query, transaction
 from executor.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Database:
@@ -57,6 +59,19 @@ class Database:
     def call(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
         try:
             return self._retrying(lambda: query(self.connection(), sql, params))
+        except DatabaseUnavailable:
+            self.close()
+            raise
+
+    def transact(self, work: Callable[[Any], T]) -> T:
+        """Runs ``work`` on a cursor inside one transaction, retried whole
+        (``work`` runs again) while PostgreSQL is away, as :meth:`call` is."""
+        def attempt() -> T:
+            with transaction(self.connection()) as cur:
+                return work(cur)
+
+        try:
+            return self._retrying(attempt)
         except DatabaseUnavailable:
             self.close()
             raise

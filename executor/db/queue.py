@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import select
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from executor.audit.records import ChainPosition, SignedRecord
 from executor.db.connection import query, translated_errors
 from executor.db.database import Database
 from executor.errors import DatabaseError
@@ -64,11 +65,22 @@ class ExecutorDatabase(Database):
         self.call("SELECT shell.append_output(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, seq, data))
 
-    def complete(self, cmd: ClaimedCommand, worker_id: str, record: str, signature: str,
-                 key_id: str) -> None:
-        """Ends the command as its signed result ``record`` states."""
-        self.call("SELECT shell.complete_command(%s, %s, %s, %s, %s, %s)",
-                  (cmd.command_id, worker_id, cmd.attempt, record, signature, key_id))
+    def complete(self, cmd: ClaimedCommand, worker_id: str,
+                 sign: Callable[[ChainPosition], SignedRecord]) -> None:
+        """Ends the command as the record ``sign`` builds states. One
+        transaction reads the link's chain position (locking the session's
+        chain), has the record signed with it, and completes: no other link
+        can take that position in between."""
+        def work(cur: Any) -> None:
+            cur.execute("SELECT * FROM shell.chain_position(%s, %s, %s)",
+                        (cmd.command_id, worker_id, cmd.attempt))
+            row = cur.fetchone()
+            signed = sign(ChainPosition(int(row["chain_seq"]), str(row["chain_prev"])))
+            cur.execute("SELECT shell.complete_command(%s, %s, %s, %s, %s, %s)",
+                        (cmd.command_id, worker_id, cmd.attempt, signed.text, signed.signature,
+                         signed.key_id))
+
+        self.transact(work)
 
     def register_key(self, public_key_hex: str, worker_id: str) -> str:
         rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id",

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 import tenacity
 
 from executor import metrics
-from executor.audit.records import Completion, result_record, sha256_hex, utc_now
+from executor.audit.records import (
+    ChainPosition,
+    Completion,
+    SignedRecord,
+    result_record,
+    sha256_hex,
+    utc_now,
+)
 from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db.queue import ExecutorDatabase
@@ -182,9 +189,11 @@ class CommandLife:
 
     def _complete(self, db: ExecutorDatabase, run: Run, outcome: Completion) -> None:
         """Completes the command with its result record, signed."""
-        record = result_record(signer=self._signer.key_id, worker_id=self._worker_id,
-                               claimed=run.claimed, outcome=outcome)
-        db.complete(run.claimed, self._worker_id, record, self._signer.sign(record),
-                    self._signer.key_id)
+        def sign(position: ChainPosition) -> SignedRecord:
+            record = result_record(signer=self._signer.key_id, worker_id=self._worker_id,
+                                   claimed=run.claimed, outcome=outcome, position=position)
+            return SignedRecord(record, self._signer.sign(record), self._signer.key_id)
+
+        db.complete(run.claimed, self._worker_id, sign)
         metrics.command_completed(run.claimed.user_id, outcome.status, outcome.reason,
                                   outcome.duration_ms)

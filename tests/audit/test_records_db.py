@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from executor.audit import verify as audit
 from executor.audit.records import (
     DATABASE_SIGNER,
+    GENESIS,
+    ChainPosition,
     Completion,
+    SignedRecord,
     canonical,
     result_record,
     sha256_hex,
@@ -17,7 +22,8 @@ from executor.audit.records import (
 from executor.audit.signing import Signer
 from executor.db import audit as db_audit
 from executor.db.connection import as_admin
-from executor.db.queue import ClaimedCommand
+from executor.db.queue import ClaimedCommand, ExecutorDatabase
+from executor.errors import LeaseLost
 from tests.db.claim_support import (
     Worker,
     command_row,
@@ -40,7 +46,7 @@ def _record(signer: Signer, row: dict, **changes) -> str:
                          started_at="2024-01-01T00:00:00.000000Z", duration_ms=5,
                          cwd_after="/home/sandbox/x", env_after={"A": "1"})
     record = json.loads(result_record(signer=signer.key_id, worker_id="w1", claimed=claimed,
-                                      outcome=outcome))
+                                      outcome=outcome, position=ChainPosition(1, GENESIS)))
     return canonical({**record, **changes})
 
 
@@ -75,7 +81,8 @@ def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused
                          ({"worker_id": "w2"}, "worker_id"),
                          ({"image_digest": "sha256:other"}, "image_digest"),
                          ({"command_id": cid + 1}, "command_id"),
-                         ({"output_sha256": sha256_hex("")}, "output_sha256")):
+                         ({"output_sha256": sha256_hex("")}, "output_sha256"),
+                         ({"chain_seq": 2}, "chain_seq"), ({"chain_prev": "f" * 64}, "chain_prev")):
         bad = _record(signer, row, **wrong)
         with raises_sqlstate("22023", f"disagrees with the command on {field}"):
             _complete(worker, cid, bad, signer.sign(bad), signer.key_id)
@@ -110,3 +117,40 @@ def test_the_database_records_what_it_settles_itself_unsigned(db):
     assert rows[1]["chain_prev"] == rows[0]["chain_hash"]
     report = _verify(db)
     assert (report.intact, report.links) == (True, 2)
+
+
+def test_the_executor_reads_the_position_signs_and_completes_in_one_transaction(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    first, second = alice.submit(session, "echo one"), alice.submit(session, "echo two")
+    assert alice.cancel(second)  # the database's record takes chain_seq 1 first
+    signer = Signer.generate()
+    executor_db = ExecutorDatabase(db, "shell_executor", persistent=False)
+    try:
+        executor_db.register_key(signer.public_key_hex, "w1")
+        claimed = executor_db.claim("w1", 1, 30)[0]
+        assert claimed.command_id == first
+        executor_db.mark_started(claimed, "w1", "ctr", "sha256:test")
+        seen: list[ChainPosition] = []
+
+        def sign(position: ChainPosition) -> SignedRecord:
+            seen.append(position)
+            text = result_record(signer=signer.key_id, worker_id="w1", claimed=claimed,
+                                 outcome=Completion(status="done", exit_code=0, reason=None,
+                                                    output_sha256=sha256_hex(""),
+                                                    image_digest="sha256:test"),
+                                 position=position)
+            return SignedRecord(text, signer.sign(text), signer.key_id)
+
+        executor_db.complete(claimed, "w1", sign)
+        with pytest.raises(LeaseLost):  # completed: no position is handed out any more
+            executor_db.complete(claimed, "w1", sign)
+    finally:
+        executor_db.close()
+    cancelled_row = command_row(superuser(db), second)
+    assert seen == [ChainPosition(2, cancelled_row["chain_hash"])]
+    row = command_row(superuser(db), first)
+    record = json.loads(row["result_record"])
+    assert (row["chain_seq"], row["chain_prev"], record["chain_seq"], record["chain_prev"]) == (
+        2, cancelled_row["chain_hash"], 2, cancelled_row["chain_hash"])
+    assert _verify(db).intact

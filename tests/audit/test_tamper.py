@@ -65,11 +65,12 @@ def test_an_edited_exit_code_is_named(copy, sql, history):
 
 
 def test_edited_output_chunks_are_named(copy, sql, history):
+    # The chunks are the one stored copy of the output.
     sql("ALTER TABLE shell.output_chunks DISABLE TRIGGER USER")
     sql("UPDATE shell.output_chunks SET data = 'x' WHERE command_id = %s", (history.ids["last"],))
     found = first_break(verify(copy)[1])
     assert (found["command_id"], found["cause"], found["field"]) == (history.ids["last"], "edited",
-                                                                     "output_chunks")
+                                                                     "output")
 
 
 def test_a_deleted_row_breaks_the_chain_at_the_next_link(copy, sql, history):

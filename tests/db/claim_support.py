@@ -133,7 +133,8 @@ def superuser(dsn: str) -> psycopg2.extensions.connection:
 
 
 def command_row(conn: psycopg2.extensions.connection, command_id: int) -> dict[str, Any]:
-    rows = call(conn, "SELECT * FROM shell.commands WHERE id = %s", (command_id,))
+    rows = call(conn, "SELECT c.*, shell.output_of(c) AS output FROM shell.commands c"
+                    " WHERE id = %s", (command_id,))
     assert len(rows) == 1, rows
     return rows[0]
 

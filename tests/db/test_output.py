@@ -60,7 +60,8 @@ def test_latest_output_returns_the_whole_row_of_a_finished_command(alice):
     times = superuser_rows(db,
                            "SELECT submitted_at, started_at, completed_at FROM shell.commands")[0]
     assert rows == [{"id": cid, "command": "echo hi; false", "output": "hi\n", "exit_code": 1,
-                     "status": "done", **times}]
+                     "status": "done", **times,
+                     "output_offset": 0, "output_bytes": 3, "output_cut": False}]
     assert times["submitted_at"] <= times["started_at"] <= times["completed_at"]
 
 
@@ -78,8 +79,9 @@ def test_running_output_is_the_concatenation_of_its_chunks_in_seq_order(alice):
     assert call(conn, read, (sid,)) == [{"output": "first second third", "status": "running"}]
     complete(db, cid, attempt, cwd="/", env={})
     assert call(conn, read, (sid,)) == [{"output": "first second third", "status": "done"}]
+    # Stored once: the chunks are the output, the row holds no second copy.
     assert superuser_rows(db, "SELECT output, output_bytes FROM shell.commands") == [
-        {"output": "first second third", "output_bytes": 18}]
+        {"output": None, "output_bytes": 18}]
 
 
 def test_append_output_is_idempotent_per_seq(alice):
@@ -132,9 +134,10 @@ def test_session_changes_returns_the_whole_row(alice):
     cid = submit(conn, sid, "echo hi")
     run(db, cid, "hi\n", exit_code=3, cwd="/", env={})
     rows = call(conn, "SELECT * FROM shell_api.session_changes(%s)", (sid,))
-    expected = superuser_rows(db, "SELECT id, command, output, exit_code, status, reason, "
-                                  "submitted_at, started_at, completed_at, duration_ms, "
-                                  "change_seq FROM shell.commands")
+    expected = superuser_rows(db, "SELECT id, command, shell.output_of(c) AS output, exit_code, "
+                                  "status, reason, submitted_at, started_at, completed_at, "
+                                  "duration_ms, change_seq, 0::bigint AS output_offset, "
+                                  "output_bytes, false AS output_cut FROM shell.commands c")
     assert rows == expected
     assert (rows[0]["output"], rows[0]["exit_code"], rows[0]["status"], rows[0]["duration_ms"]) == (
         "hi\n", 3, "done", 12)

@@ -35,7 +35,8 @@ class Shell:
         return one(self.conn, "SELECT shell_api.submit_command(%s, %s)", (self.session_id, command))
 
     def command(self, command_id: int) -> dict[str, Any]:
-        rows = call(self.conn, "SELECT * FROM shell.commands WHERE id = %s", (command_id,))
+        rows = call(self.conn, "SELECT c.*, shell.output_of(c) AS output FROM shell.commands c"
+                    " WHERE id = %s", (command_id,))
         return rows[0]
 
     def wait(self, command_id: int, timeout: float = 60,

@@ -34,7 +34,8 @@ class Tenant:
                        (session_id or self.session_id, command)))
 
     def command(self, command_id: int) -> dict[str, Any]:
-        return call(self.conn, "SELECT * FROM shell.commands WHERE id = %s", (command_id,))[0]
+        return call(self.conn, "SELECT c.*, shell.output_of(c) AS output FROM shell.commands c"
+                    " WHERE id = %s", (command_id,))[0]
 
     def wait(self, command_id: int) -> dict[str, Any]:
         return wait_for(f"command {command_id} to end",
