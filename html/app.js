@@ -30,7 +30,24 @@ async function errorOf(response) {
   return new ApiError(response.status, body);
 }
 
-function token() { return sessionStorage.getItem(TOKEN_KEY); }
+// The token lives in localStorage: every tab of this origin (and only this
+// origin) shares it, so a session link opened in a new tab is signed in.
+// It is dropped once its "exp" has passed; see README, "Signing in".
+function token() {
+  const value = localStorage.getItem(TOKEN_KEY);
+  if (value && tokenExpired(value)) { forgetToken(); return null; }
+  return value;
+}
+
+function tokenExpired(value) {
+  try {
+    const payload = JSON.parse(atob(value.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+    return typeof payload.exp === "number" && payload.exp * 1000 <= Date.now();
+  } catch (_) { return true; }
+}
+
+function rememberToken(value) { localStorage.setItem(TOKEN_KEY, value); }
+function forgetToken() { localStorage.removeItem(TOKEN_KEY); }
 
 // One /rpc call: JSON in, JSON (or HTML with html: true, a Blob of the raw
 // bytes with bytes: true) out.
@@ -52,7 +69,7 @@ async function rpc(name, { args = null, get = false, html = false, bytes = false
 function fail(error) {
   if (error.name === "AbortError") return;
   if (error.status === 401) {
-    sessionStorage.removeItem(TOKEN_KEY);
+    forgetToken();
     showStatus("Please sign in again: " + error.message);
     route();
     return;
@@ -63,7 +80,7 @@ function fail(error) {
 // ---- views -----------------------------------------------------------------
 
 function show(view) {
-  for (const id of ["login-view", "sessions-view", "terminal-view"]) {
+  for (const id of ["login-view", "sessions-view", "terminal-view", "compare-view"]) {
     $("#" + id).hidden = id !== view;
   }
   $("#logout").hidden = view === "login-view";
@@ -84,7 +101,9 @@ function route() {
     return;
   }
   const id = sessionFromHash();
+  const run = replayFromHash();
   if (id) terminal.open(id);
+  else if (run) comparison.open(run);
   else sessions.open();
 }
 
@@ -94,10 +113,10 @@ $("#login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = event.target;
   try {
-    sessionStorage.removeItem(TOKEN_KEY);
+    forgetToken();
     const answer = await rpc("login", { args: {
       p_username: form.p_username.value, p_password: form.p_password.value } });
-    sessionStorage.setItem(TOKEN_KEY, answer.token);
+    rememberToken(answer.token);
     form.reset();
     showStatus("");
     route();
@@ -105,9 +124,14 @@ $("#login-form").addEventListener("submit", async (event) => {
 });
 
 $("#logout").addEventListener("click", () => {
-  sessionStorage.removeItem(TOKEN_KEY);
+  forgetToken();
   showStatus("Signed out.", false);
   route();
+});
+
+// Signing out in one tab signs out the others.
+window.addEventListener("storage", (event) => {
+  if (event.key === TOKEN_KEY && !event.newValue) route();
 });
 
 // ---- the session list --------------------------------------------------------
@@ -119,17 +143,7 @@ const sessions = {
     try {
       const list = await rpc("list_sessions", { get: true });
       const ul = $("#session-list");
-      ul.replaceChildren(...list.map((s) => {
-        const li = document.createElement("li");
-        const a = document.createElement("a");
-        a.href = `#session=${s.id}`;
-        a.textContent = s.name || s.id;
-        const info = document.createElement("span");
-        info.className = "info";
-        info.textContent = `${s.cwd} · ${new Date(s.last_active_at).toLocaleString()}`;
-        li.append(a, info);
-        return li;
-      }));
+      ul.replaceChildren(...sessionItems(list));
       if (!list.length) ul.innerHTML = '<li class="empty">No sessions yet.</li>';
     } catch (error) { fail(error); }
   },
@@ -329,7 +343,8 @@ document.body.addEventListener("htmx:sendError", () => showStatus("The server ca
 
 $("#command").addEventListener("keydown", (event) => {
   const input = event.target;
-  if (event.key === "ArrowUp" || event.key === "ArrowDown") {
+  if ((event.key === "ArrowUp" && caretOnFirstLine(input))
+      || (event.key === "ArrowDown" && caretOnLastLine(input))) {
     const t = terminal;
     if (t.historyIndex >= t.history.length) t.startRecall(input.value);
     if (event.key === "ArrowUp" && t.historyIndex === 0) return;

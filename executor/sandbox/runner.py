@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_OOM = 137  # 128 + SIGKILL, what the shell would show
 EXIT_CANCELLED = 130  # 128 + SIGINT: "interrupted by the user"
+# How the note under a command's output names why it did not finish.
+UNFINISHED_WORDS = {"timeout": "timed out", "cancelled": "cancelled"}
 
 RESTORE_TIMEOUT_S = 600
 
@@ -284,7 +286,8 @@ class Sandbox:
             # A report may have raced the kill; the command did not finish,
             # so keep the session as it was.
             state = resolve_state(None, False, req.cwd, req.env, self.shell_root)
-            state_note = f"{reason}: state not updated" if reason else state.note
+            state_note = (f"{UNFINISHED_WORDS.get(reason, reason)}, so its cd and export did not "
+                          "take effect") if reason else state.note
         else:
             state = resolve_state(conversation.state, conversation.state_overflow, req.cwd, req.env,
                                   self.shell_root)

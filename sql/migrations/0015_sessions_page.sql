@@ -193,13 +193,14 @@ LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
 $$;
 
 -- One command as the terminal shows it (as in 0012), now with its outcome
--- class and words, and for a running command when it started and the time
--- limit, so the page can count the elapsed time without asking again.
+-- class and words, for a running command when it started and the time
+-- limit (the page counts the elapsed time without asking again), and for
+-- a finished one the directory it left the session in (the next prompt).
 CREATE OR REPLACE FUNCTION shell.render_command(c shell.commands) RETURNS text
 LANGUAGE sql STABLE SET search_path = '' AS $$
     SELECT format(
         '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s" '
-        'data-outcome="%s"%s>'
+        'data-outcome="%s"%s%s>'
         '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>'
         '<span class="actions">%s</span></div>'
         '<pre class="out">%s</pre><div class="meta">%s</div>%s</article>',
@@ -210,6 +211,8 @@ LANGUAGE sql STABLE SET search_path = '' AS $$
                          floor(extract(epoch FROM c.started_at) * 1000)::bigint,
                          coalesce(format(' data-limit="%s"', trim_scale(shell.time_limit_s())), ''))
              ELSE '' END,
+        CASE WHEN c.cwd_after IS NOT NULL
+             THEN format(' data-cwd="%s"', shell.html_escape(shell.short_cwd(c.cwd_after))) ELSE '' END,
         shell.html_escape(shell.short_cwd(coalesce(c.cwd_before, ''))), shell.html_escape(c.command),
         shell.command_buttons(c),
         shell.ansi_html(shell.output_of(c)),
