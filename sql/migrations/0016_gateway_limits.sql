@@ -62,7 +62,9 @@ BEGIN
     DELETE FROM shell.login_failures WHERE last_failure < now() - interval '1 day';
     INSERT INTO shell.login_failures AS f (username, failures, last_failure, closed_until)
     VALUES (p_name, 1, now(), now())
-    ON CONFLICT (username) DO UPDATE SET failures = f.failures + 1, last_failure = now()
+    ON CONFLICT (username) DO UPDATE
+        SET failures = f.failures + 1, last_failure = now(),
+            closed_until = greatest(f.closed_until, now())
     RETURNING failures INTO n;
     IF n > free THEN
         UPDATE shell.login_failures
