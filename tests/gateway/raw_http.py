@@ -1,6 +1,6 @@
 """HTTP as an attacker writes it, on a bare socket: bodies larger than any
 client library would send, requests left half sent, and a look at the
-gateway's memory (VmRSS of its process)."""
+gateway's memory (VmRSS and its peak, VmHWM, of its process)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from pathlib import Path
 CHUNK = 256 * 1024
 
 
-def rss_bytes(pid: int) -> int:
-    """The resident set of process ``pid`` (VmRSS in /proc/<pid>/status)."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """The resident set of process ``pid`` (VmRSS in /proc/<pid>/status), or
+    with ``field="VmHWM"`` its peak so far: a body read whole and freed again
+    leaves VmRSS where it was, but not the peak."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for process {pid}")
+    raise AssertionError(f"no {field} for process {pid}")
 
 
 def status_of(answer: bytes) -> int:

@@ -19,8 +19,8 @@ from tests.gateway.raw_http import post_huge, rss_bytes, status_of
 pytestmark = pytest.mark.postgres
 
 MiB = 1024 * 1024
-# Growth of the gateway's resident memory allowed while it refuses 64 MiB: a
-# few MB of allocator noise, far from the body's size.
+# Growth of the gateway's peak resident memory allowed while it refuses 64 MiB:
+# a few MB of allocator noise, far from the body's size.
 RSS_SLACK = 8 * MiB
 
 
@@ -33,9 +33,9 @@ def test_an_anonymous_64_mib_body_is_refused_from_content_length_without_growing
         gateway: Gateway, http: httpx.Client) -> None:
     assert gateway.proc is not None
     http.get("/rpc/login")  # the first request warms what every request uses
-    before = rss_bytes(gateway.proc.pid)
+    before = rss_bytes(gateway.proc.pid, "VmHWM")
     answer, _sent = post_huge(gateway.port, "/rpc/login", 64 * MiB)
-    grown = rss_bytes(gateway.proc.pid) - before
+    grown = rss_bytes(gateway.proc.pid, "VmHWM") - before
     assert status_of(answer) == 413
     assert error_of(answer)["code"] == "PT413"
     assert error_of(answer)["message"] == "the request body is larger than 2097152 bytes"
@@ -46,9 +46,9 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(
         gateway: Gateway, http: httpx.Client) -> None:
     assert gateway.proc is not None
     http.get("/rpc/login")
-    before = rss_bytes(gateway.proc.pid)
+    before = rss_bytes(gateway.proc.pid, "VmHWM")
     answer, _sent = post_huge(gateway.port, "/rpc/login", 64 * MiB, chunked=True)
-    grown = rss_bytes(gateway.proc.pid) - before
+    grown = rss_bytes(gateway.proc.pid, "VmHWM") - before
     assert status_of(answer) == 413
     assert error_of(answer)["code"] == "PT413"
     assert grown < RSS_SLACK, f"the gateway grew by {grown} bytes"

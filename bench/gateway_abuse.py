@@ -1,0 +1,97 @@
+"""The gateway under an anonymous attacker: how much its peak resident
+memory grows while it refuses a 64 MiB POST (announced by Content-Length, and sent
+chunked), and how long a half-sent request holds a connection.
+
+`--code DIR` runs the gateway from another source tree, to compare with an
+earlier version: `git archive REV | tar -x -C DIR`. Needs DATABASE_URL (a
+superuser; the gateway connects as shell_authenticator without a password).
+Prints one JSON object per line on stdout; progress goes to stderr.
+
+    .venv/bin/python -m bench.gateway_abuse
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.common import REPO, Report, add_dsn_option, migrated_database, require_dsn
+from tests.fixtures_stack import authenticator_dsn, free_port
+from tests.gateway.raw_http import closed_within, post_huge, rss_bytes, status_of
+
+MiB = 1024 * 1024
+ATTACK_BYTES = 64 * MiB
+SLOW_WAIT_S = 60  # a half-sent request still open after this is reported as never dropped
+
+
+def start_gateway(code: Path, dsn: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
+    env.update({"DATABASE_URL": dsn, "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(dsn)})
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "serve",
+                                 "--port", str(port)],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=code)
+    deadline = time.monotonic() + 60
+    while "Application startup complete" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the gateway did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    return proc
+
+
+def rss_growth(proc: subprocess.Popen[bytes], port: int, chunked: bool) -> tuple[int, int]:
+    """(status of the answer, growth of the gateway's peak RSS, VmHWM, in bytes)."""
+    httpx.get(f"http://127.0.0.1:{port}/rpc/login", timeout=30)  # warm the common path
+    before = rss_bytes(proc.pid, "VmHWM")
+    answer, _ = post_huge(port, "/rpc/login", ATTACK_BYTES, chunked=chunked)
+    return (status_of(answer) if answer else 0), rss_bytes(proc.pid, "VmHWM") - before
+
+
+def time_to_drop(port: int) -> float | None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /rpc/login HTTP/1.1\r\nHost: x\r\n")
+        return closed_within(sock, SLOW_WAIT_S)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_dsn_option(parser)
+    parser.add_argument("--code", type=Path, default=REPO,
+                        help="the source tree whose gateway runs (default: this one)")
+    args = parser.parse_args()
+    admin_dsn = require_dsn(parser, args)
+    report = Report("gateway_abuse")
+    code = str(args.code.resolve())
+    with migrated_database(admin_dsn, "bench_abuse", report.log) as dsn, \
+            tempfile.TemporaryDirectory() as scratch:
+        port = free_port()
+        proc = start_gateway(args.code, dsn, port, Path(scratch) / "gateway.log")
+        try:
+            for chunked in (False, True):
+                how = "chunked" if chunked else "content_length"
+                report.log(f"POSTing 64 MiB ({how})")
+                status, grown = rss_growth(proc, port, chunked)
+                report.emit_figure(f"peak_rss_growth_64mib_{how}", grown / MiB, "MiB",
+                                   status=status, code=code)
+            report.log("sending half a request")
+            dropped = time_to_drop(port)
+            report.emit({"metric": "half_sent_request_dropped_after",
+                         "value": None if dropped is None else round(dropped, 2), "unit": "s",
+                         "waited_s": SLOW_WAIT_S, "code": code})
+            report.emit_figure("rss_after", rss_bytes(proc.pid) / MiB, "MiB", code=code)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
