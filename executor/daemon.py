@@ -32,7 +32,16 @@ def systemd_notifier() -> Callable[[str], None]:
     return notify
 
 
+def warn_without_disk_quota(settings: Settings) -> None:
+    """Said at every start, because nothing else bounds a tenant's files then."""
+    if settings.disk_quota == "none":
+        log.warning("PG_SHELL_DISK_QUOTA=none: session homes have no disk quota, so one tenant "
+                    "can fill the engine's disk for everyone. Not for untrusted tenants: use "
+                    "PG_SHELL_DISK_QUOTA=loop (README.md, \"Deployment\").")
+
+
 def run_executor(settings: Settings) -> int:
+    warn_without_disk_quota(settings)
     stop = threading.Event()
     worker = Worker(settings, sandbox_from(settings), stop, notify=systemd_notifier())
 

@@ -2,9 +2,11 @@
 
 Every setting here applies to every container, always (DESIGN.md §4):
 read-only root, no network, no capabilities, no-new-privileges with the
-engine's default seccomp profile (never "unconfined"), non-root user, no host
-paths and no Docker socket, only the session volume writable plus a small
-tmpfs, and runtime-enforced limits.
+engine's default seccomp profile minus io_uring (never "unconfined"), a
+non-root user that is no host account (hardening.py), no host paths and no
+Docker socket, only the session volume writable plus a small /tmp and
+/dev/shm (both tmpfs, so counted in the memory limit), no core dumps, and
+runtime-enforced limits.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from docker.types import LogConfig, Mount, Ulimit
 
+from .hardening import SANDBOX_USER, security_options
 from .model import Limits, RunRequest
 from .state import NAME_RE, is_reserved
 
@@ -23,7 +26,6 @@ LABEL_WORKER = "pg-shell.worker-id"
 # scope, so two deployments (or test runs) sharing one engine never remove
 # each other's containers.
 LABEL_SCOPE = "pg-shell.scope"
-SANDBOX_USER = "1000:1000"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -32,15 +34,16 @@ def host_config_args(limits: Limits, shell_root: str, volume: str,
     """Keyword arguments for APIClient.create_host_config.
 
     ``seed_from_image``: let the engine fill an empty volume from the image's
-    ``shell_root`` (contents and owner, uid 1000). Plain volumes need it: the
-    engine creates them owned by (container) root, so uid 1000 could not write
-    its own home. Loop volumes never are seeded: mkfs already made them 1000's.
+    ``shell_root`` (contents and owner, the sandbox user). Plain volumes need
+    it: the engine creates them owned by (container) root, so the sandbox user
+    could not write its own home. Loop volumes never are seeded: mkfs already
+    made them the sandbox user's.
     """
     return {
         "read_only": True,
         "network_mode": "none",
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": security_options(),
         "privileged": False,
         "pids_limit": limits.pids,
         "mem_limit": limits.memory_bytes,
@@ -49,7 +52,12 @@ def host_config_args(limits: Limits, shell_root: str, volume: str,
         "ulimits": [
             Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
             Ulimit(name="fsize", soft=limits.fsize_bytes, hard=limits.fsize_bytes),
+            # Hard 0: a crashing program cannot write its memory out (to the
+            # volume, past the tenant's view of what it stored).
+            Ulimit(name="core", soft=0, hard=0),
         ],
+        # Sized like /tmp; tmpfs pages count in the container's memory limit.
+        "shm_size": limits.tmpfs_bytes,
         # exec is allowed on /tmp: the session volume is executable anyway,
         # so noexec here would only break `./script.sh` in /tmp.
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,size={limits.tmpfs_bytes},mode=1777"},

@@ -32,6 +32,7 @@ import docker.errors
 
 from .engine import ENGINE_ERRORS
 from .errors import EngineUnavailable, InvalidSessionId, VolumeError
+from .hardening import SANDBOX_GID, SANDBOX_UID
 
 VOLUME_PREFIX = "pg-shell-home-"
 SESSION_LABEL = "pg-shell.session-id"
@@ -46,8 +47,6 @@ INDEX_SUFFIX = ".workspace.json"
 
 def index_path(state_dir: str | Path, session_id: str) -> Path:
     return Path(state_dir) / f"{volume_name(session_id)}{INDEX_SUFFIX}"
-SANDBOX_UID = 1000
-SANDBOX_GID = 1000
 
 
 def volume_name(session_id: str) -> str:
@@ -69,7 +68,7 @@ class PlainVolumes:
     """disk_quota="none": one named volume per session, no size limit."""
 
     # The engine creates the volume owned by container root; seeding it from
-    # the image's home (owned by uid 1000) on first use makes it the sandbox
+    # the image's home (owned by the sandbox user) on first use makes it the sandbox
     # user's, on rootful and rootless engines alike.
     seed_from_image = True
 
@@ -118,7 +117,7 @@ class PlainVolumes:
 class LoopVolumes:
     """disk_quota="loop": a fixed-size ext4 image per session."""
 
-    seed_from_image = False  # mkfs.ext4 -E root_owner=1000:1000 already
+    seed_from_image = False  # mkfs.ext4 -E root_owner=<the sandbox user> already
 
     def __init__(
         self,
@@ -197,7 +196,7 @@ class LoopVolumes:
         tmp.unlink(missing_ok=True)
         try:
             _run("fallocate", "--length", str(self._size), str(tmp))
-            # -m 0: no blocks reserved for root, the user is uid 1000.
+            # -m 0: no blocks reserved for root, the user is the sandbox user.
             # root_owner: the user owns the root dir, i.e. their home.
             _run(
                 "mkfs.ext4", "-q", "-F", "-m", "0",

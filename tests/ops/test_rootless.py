@@ -3,7 +3,7 @@ started by ops/rootless-docker (the way a production host runs it).
 
 What this shows: the executor accepts the engine without
 PG_SHELL_ALLOW_ROOTFUL and logs isolation "rootless"; commands run with the
-usual hardening; files a command writes (as container uid 1000) belong on the
+usual hardening; files a command writes (as container uid 65000) belong on the
 host to a subordinate uid of the unprivileged engine user, and even container
 root maps to that unprivileged user, never to host root.
 
@@ -98,19 +98,19 @@ def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], ro
         daemon.start()
         assert "engine isolation is rootless" in daemon.log()
 
-        # A file written by the command (container uid 1000), seen from the host.
+        # A file written by the command (container uid 65000), seen from the host.
         done = shell.run("id -u; echo hello > note.txt; cat note.txt")
         assert (done["status"], done["exit_code"]) == ("done", 0), (done["output"],
                                                                     daemon.log()[-3000:])
-        assert done["output"].split() == ["1000", "hello"]
+        assert done["output"].split() == ["65000", "hello"]
         data = Path(rootless_client.volumes.get(volume_name).attrs["Mountpoint"])
         base = subordinate_start(ENGINE_USER)
         note = (data / "note.txt").stat()
-        assert (note.st_uid, note.st_gid) == (base + 999, base + 999)
-        assert data.stat().st_uid == base + 999
+        assert (note.st_uid, note.st_gid) == (base + 64999, base + 64999)
+        assert data.stat().st_uid == base + 64999
 
         # Container root (the executor never uses it; tried directly, with
-        # its default capabilities so it may write into uid 1000's home) is
+        # its default capabilities so it may write into uid 65000's home) is
         # the unprivileged engine user on the host, not root.
         image = env["PG_SHELL_IMAGE"]
         rootless_client.containers.run(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 
+from executor.sandbox.hardening import seccomp_profile
 from tests.sandbox.conftest import NoFiles
 
 ROOT = "/home/sandbox"
@@ -40,12 +42,12 @@ def test_no_capabilities_no_new_privs_and_seccomp(run) -> None:
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert fields[cap] == "0000000000000000", cap
     assert fields["NoNewPrivs"] == "1"
-    assert fields["Seccomp"] == "2"  # filter mode: the engine's default profile
+    assert fields["Seccomp"] == "2"  # filter mode: the engine's default minus io_uring
 
 
-def test_runs_as_uid_1000(run) -> None:
+def test_runs_as_the_sandbox_user_65000(run) -> None:
     ran = run("id -u; id -g; stat -c %u:%g ~")
-    assert ran.output == "1000\n1000\n1000:1000\n"
+    assert ran.output == "65000\n65000\n65000:65000\n"
 
 
 def test_no_docker_socket_anywhere(run) -> None:
@@ -118,14 +120,21 @@ def test_hardening_flags_are_in_docker_inspect(run, docker_client, session_id) -
     assert host["NetworkMode"] == "none"
     assert host["CapDrop"] == ["ALL"]
     assert not host.get("CapAdd")
-    assert host["SecurityOpt"] == ["no-new-privileges"]
+    # The engine's default minus io_uring, always passed: never the engine's
+    # own default by omission, never "unconfined".
+    assert host["SecurityOpt"] == ["no-new-privileges", f"seccomp={seccomp_profile()}"]
+    assert json.loads(seccomp_profile())["syscalls"][-1]["names"] == [
+        "io_uring_enter", "io_uring_register", "io_uring_setup"]
+    assert [(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"] if u["Name"] == "core"] == [
+        ("core", 0, 0)]
+    assert host["ShmSize"] == 16 * 1024 * 1024
     assert host["Privileged"] is False
     assert not host.get("Binds")
     assert not host.get("Devices")
     assert host["PidsLimit"] > 0
     assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] > 0
-    assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "fsize"}
+    assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "fsize", "core"}
     assert set(host["Tmpfs"]) == {"/tmp"}
     assert "nosuid" in host["Tmpfs"]["/tmp"] and "nodev" in host["Tmpfs"]["/tmp"]
     assert host["AutoRemove"] is False
@@ -135,7 +144,7 @@ def test_hardening_flags_are_in_docker_inspect(run, docker_client, session_id) -
     assert mounts[0]["Name"] == f"pg-shell-home-{session_id}"
     assert mounts[0]["Destination"] == ROOT
     config = info["Config"]
-    assert config["User"] == "1000:1000"
+    assert config["User"] == "65000:65000"
     assert config["Hostname"] == "sandbox"
     names = {e.split("=", 1)[0] for e in config["Env"]}
     assert names <= {"PATH", "LANG", "HOME"}  # the command, cwd and env arrive on stdin

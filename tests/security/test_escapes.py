@@ -218,11 +218,11 @@ def test_privilege_and_kernel_interfaces_are_refused(daemon, shell):
     # A set-uid copy in the home: the bit is set, but the volume is nosuid
     # (and no-new-privileges holds anyway), so it runs as the user.
     assert values["copied"].startswith("-rwsr-s")
-    assert values["myid"] == "1000:1000"
+    assert values["myid"] == "65000:65000"
     mount_opts = [line for line in lines(row) if line.startswith("rw,")]
     assert len(mount_opts) == 1 and {"nosuid", "nodev"} <= set(mount_opts[0].split(",")), out
     assert values["sudo"] != "0"
-    assert values["uid"].startswith("1000 euid=1000 caps=0000000000000000")
+    assert values["uid"].startswith("65000 euid=65000 caps=0000000000000000")
     syscalls = {m[0]: (m[1], m[2])
                 for m in re.findall(r"^sys (\S+) (-?\d+) (\w+)$", out, re.MULTILINE)}
     assert len(syscalls) == 14, out
@@ -235,7 +235,7 @@ def test_ptrace_reaches_only_the_tenants_own_processes(daemon, shell):
     # The default seccomp profile allows ptrace (kernel >= 4.8) and this
     # kernel has no Yama, so attaching to a same-uid sibling may work. What
     # must hold: the container's PID namespace holds only this command's
-    # processes, all uid 1000 without capabilities, so there is nothing of
+    # processes, all uid 65000 without capabilities, so there is nothing of
     # another tenant, the executor or the host to attach to.
     row = shell.run(r"""
 sleep 60 & victim=$!
@@ -265,10 +265,10 @@ echo "nprocs=$(ls -d /proc/[0-9]* | wc -l)"
     out = row["output"]
     assert re.search(r"^attach (0 OK|-1 EPERM)$", out, re.MULTILINE), out
     assert re.findall(r"^attach-outside \d+ -1 (\w+)$", out, re.MULTILINE) == ["ESRCH", "ESRCH"]
-    # Every process in sight: uid 1000, no capabilities.
-    assert "1000 0000000000000000 \n" in out
+    # Every process in sight: uid 65000, no capabilities.
+    assert "65000 0000000000000000 \n" in out
     uid_lines = [line for line in lines(row) if re.match(r"^\d+ [0-9a-f]{16} $", line)]
-    assert uid_lines == ["1000 0000000000000000 "], out
+    assert uid_lines == ["65000 0000000000000000 "], out
     assert "attach-supervisor -1 EPERM" in out
     assert "pid1=/usr/bin/python3 -IS /opt/pg-shell/supervisor" in out
     assert int(re.search(r"nprocs=(\d+)", out).group(1)) < 10
