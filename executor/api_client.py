@@ -3,6 +3,7 @@ served by PostgREST or `pg-shell serve`. Error bodies become ApiError."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Self
 
 import httpx
@@ -37,8 +38,23 @@ class ApiClient:
              wait: int | None = None) -> Any:
         """POSTs named arguments to /rpc/``function``; returns the decoded JSON.
         ``wait`` asks the server to hold an empty answer up to that many
-        seconds (``Prefer: wait=N``) until something changes."""
-        return _json(self._post(function, args, wait=wait))
+        seconds (``Prefer: wait=N``) until something changes. Rows a server
+        sent in pages (206, cut at its byte budget) are read to the end."""
+        response = self._post(function, args, wait=wait)
+        result = _json(response)
+        while response.status_code == 206 and isinstance(result, list):
+            span = re.fullmatch(r"(\d+)-(\d+)/(\d+|\*)", response.headers.get("content-range", ""))
+            if span is None:
+                break
+            end = int(span.group(2)) + 1
+            if span.group(3) != "*" and end >= int(span.group(3)):
+                break
+            response = self._post(function, args, query=f"?offset={end}")
+            more = _json(response)
+            if not more:
+                break
+            result += more
+        return result
 
     def call_bytes(self, function: str, args: dict[str, Any] | None = None) -> bytes:
         """Calls a function that returns bytea; returns its bytes. They are
@@ -52,12 +68,13 @@ class ApiClient:
         return _bytea(_json(response))
 
     def _post(self, function: str, args: dict[str, Any] | None,
-              headers: dict[str, str] | None = None, wait: int | None = None) -> httpx.Response:
+              headers: dict[str, str] | None = None, wait: int | None = None,
+              query: str = "") -> httpx.Response:
         headers = {**(headers or {}), **({"Prefer": f"wait={wait}"} if wait else {})}
         timeout = (httpx.Timeout(self._http.timeout.connect, read=wait + _SLACK_S) if wait
                    else httpx.USE_CLIENT_DEFAULT)
         try:
-            response = self._http.post(f"/rpc/{function}", json=args or {}, headers=headers,
+            response = self._http.post(f"/rpc/{function}{query}", json=args or {}, headers=headers,
                                        timeout=timeout)
         except httpx.TransportError as exc:
             reason = exc or type(exc).__name__
@@ -88,11 +105,19 @@ class ApiClient:
                                                 "p_since_id": since_id, "p_limit": limit}))
 
     def session_changes(self, session_id: str, after: int = 0, limit: int = 100,
-                        wait: int | None = None) -> list[dict[str, Any]]:
+                        wait: int | None = None, tail: bool = False) -> list[dict[str, Any]]:
+        """Commands changed after the cursor ``after``; with ``tail``, each
+        row's output is only what arrived after it (from output_offset)."""
         return list(self.call("session_changes",
                               {"p_session_id": session_id, "p_after_change": after,
-                               "p_limit": limit},
+                               "p_limit": limit, "p_tail": tail},
                               wait=wait))
+
+    def read_output(self, command_id: int, offset: int = 0) -> dict[str, Any]:
+        """One page of a command's output from byte ``offset``: output,
+        next_offset, output_bytes."""
+        return dict(self.call("read_output", {"p_command_id": command_id,
+                                              "p_offset": offset})[0])
 
     def cancel_command(self, command_id: int) -> bool:
         return bool(self.call("cancel_command", {"p_command_id": command_id}))

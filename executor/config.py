@@ -131,6 +131,10 @@ class Settings(BaseSettings):
                                     description="on SIGTERM, how long running commands may finish")
     output_flush_interval_s: float = Field(
         default=0.05, gt=0, le=5, description="how often streamed output is written")
+    output_notify_interval_s: float = Field(
+        default=0.25, ge=0, le=5,
+        description="how often, at most, a streaming command wakes the session's listeners "
+                    "(output written meanwhile is announced once the interval has passed)")
 
     # -- metrics
     metrics_host: str = Field(default="127.0.0.1",
@@ -143,10 +147,6 @@ class Settings(BaseSettings):
                     "`PG_SHELL_METRICS_HOST`, never on the public origin (0: off)")
     metrics_interval_s: float = Field(
         default=5.0, gt=0, le=3600,
-    output_notify_interval_s: float = Field(
-        default=0.25, ge=0, le=5,
-        description="how often, at most, a streaming command wakes the session's listeners "
-                    "(output written meanwhile is announced once the interval has passed)")
         description="how often the executor and the gateway read the queue depth")
 
     # -- the engine and the image

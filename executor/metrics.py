@@ -82,10 +82,10 @@ def command_completed(user_id: str, status: str, reason: str | None,
         TENANT_RUN_SECONDS.labels(str(user_id)).inc(duration_ms / 1000)
 
 
-def counting_output(flush: Callable[[int, str], None]) -> Callable[[int, str], None]:
-    """``flush`` (seq, text), counting the bytes of each chunk it stored."""
-    def counted(seq: int, data: str) -> None:
-        flush(seq, data)
+def counting_output(flush: Callable[[int, str, bool], None]) -> Callable[[int, str, bool], None]:
+    """``flush`` (seq, text, notify), counting the bytes of each chunk it stored."""
+    def counted(seq: int, data: str, notify: bool) -> None:
+        flush(seq, data, notify)
         OUTPUT_BYTES.inc(len(data.encode("utf-8")))
     return counted
 

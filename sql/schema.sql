@@ -9,9 +9,79 @@ CREATE EXTENSION IF NOT EXISTS pgcrypto WITH SCHEMA shell;
 
 COMMENT ON EXTENSION pgcrypto IS 'cryptographic functions';
 
+CREATE TABLE shell.commands (
+    id bigint NOT NULL,
+    session_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    command text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    submitted_at timestamp with time zone DEFAULT now() NOT NULL,
+    claimed_at timestamp with time zone,
+    started_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    worker_id text,
+    attempts integer DEFAULT 0 NOT NULL,
+    lease_expires_at timestamp with time zone,
+    container_id text,
+    cancel_requested_at timestamp with time zone,
+    exit_code integer,
+    duration_ms integer,
+    reason text,
+    output text,
+    output_bytes bigint DEFAULT 0 NOT NULL,
+    truncated boolean DEFAULT false NOT NULL,
+    cwd_before text,
+    env_before jsonb,
+    cwd_after text,
+    env_after jsonb,
+    image_digest text,
+    replay_run_id uuid,
+    replay_of_command_id bigint,
+    change_seq bigint DEFAULT 0 NOT NULL,
+    result_record text,
+    signature text,
+    key_id text,
+    chain_seq bigint,
+    chain_prev text,
+    chain_hash text,
+    root_before text,
+    root_after text,
+    upload jsonb,
+    CONSTRAINT commands_active_has_lease CHECK (((status <> ALL (ARRAY['claimed'::text, 'running'::text])) OR ((worker_id IS NOT NULL) AND (lease_expires_at IS NOT NULL) AND (claimed_at IS NOT NULL)))),
+    CONSTRAINT commands_command_check CHECK (((octet_length(command) >= 1) AND (octet_length(command) <= 1048576))),
+    CONSTRAINT commands_duration_ms_check CHECK ((duration_ms >= 0)),
+    CONSTRAINT commands_running_has_started CHECK (((status <> 'running'::text) OR (started_at IS NOT NULL))),
+    CONSTRAINT commands_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT commands_terminal_is_complete CHECK (((status <> ALL (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) OR (completed_at IS NOT NULL)))
+);
+
+CREATE TYPE shell.listing_row AS (
+	c shell.commands,
+	command text,
+	piece text,
+	piece_from bigint,
+	total bigint
+);
+
 CREATE DOMAIN shell_api."application/octet-stream" AS bytea;
 
 CREATE DOMAIN shell_api."text/html" AS text;
+
+CREATE FUNCTION shell.announce_output(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    held shell.commands;
+BEGIN
+    SELECT * INTO held FROM shell.commands c WHERE c.id = p_command_id;
+    IF held.id IS NULL OR held.worker_id IS DISTINCT FROM p_worker_id
+       OR held.attempts IS DISTINCT FROM p_attempt OR held.status <> 'running' THEN
+        PERFORM shell.lease_lost(p_command_id, p_worker_id, p_attempt, held);
+    END IF;
+    PERFORM pg_notify('shell_changes', held.session_id::text);
+END
+$$;
 
 CREATE FUNCTION shell.ansi_html(t text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
@@ -20,14 +90,13 @@ CREATE FUNCTION shell.ansi_html(t text) RETURNS text
 DECLARE
     sgr constant text := E'\x1b\\[([0-9;]*)m';
     other_escapes constant text := E'\x1b(\\[[0-9;?]*[ -/]*[@-~]|\\][^\x07\x1b]*(\x07|\x1b\\\\)?|.)?';
-    parts text[];
-    codes text[];
-    html text := '';
+    pieces text[] := '{}';
     fg text := '';
     bg text := '';
     bold boolean := false;
     classes text;
     segment text;
+    codes text;
     code text;
     n integer;
 BEGIN
@@ -37,22 +106,19 @@ BEGIN
     IF strpos(t, E'\x1b') = 0 THEN
         RETURN shell.html_escape(t);
     END IF;
-    -- Building the spans costs more than linear time: past 64 KiB the
-    -- output is shown without colours, so no output can tie up the server.
-    IF octet_length(t) > 65536 THEN
-        RETURN shell.html_escape(regexp_replace(t, other_escapes, '', 'g'));
-    END IF;
-    parts := regexp_split_to_array(t, sgr);
-    codes := ARRAY(SELECT m[1] FROM regexp_matches(t, sgr, 'g') AS m);
-    FOR i IN 1 .. array_length(parts, 1) LOOP
-        segment := regexp_replace(parts[i], other_escapes, '', 'g');
+    FOR segment, codes IN
+        SELECT u.part, u.codes
+        FROM unnest(regexp_split_to_array(t, sgr),
+                    ARRAY(SELECT m[1] FROM regexp_matches(t, sgr, 'g') AS m)) AS u(part, codes)
+    LOOP
+        segment := regexp_replace(segment, other_escapes, '', 'g');
         IF segment <> '' THEN
             classes := concat_ws(' ', nullif(fg, ''), nullif(bg, ''), CASE WHEN bold THEN 'ansi-bold' END);
-            html := html || CASE WHEN classes = '' THEN shell.html_escape(segment)
-                                 ELSE format('<span class="%s">%s</span>', classes, shell.html_escape(segment)) END;
+            pieces := pieces || CASE WHEN classes = '' THEN shell.html_escape(segment)
+                ELSE format('<span class="%s">%s</span>', classes, shell.html_escape(segment)) END;
         END IF;
-        CONTINUE WHEN i > coalesce(array_length(codes, 1), 0);
-        FOREACH code IN ARRAY string_to_array(CASE WHEN codes[i] = '' THEN '0' ELSE codes[i] END, ';') LOOP
+        CONTINUE WHEN codes IS NULL;
+        FOREACH code IN ARRAY string_to_array(CASE WHEN codes = '' THEN '0' ELSE codes END, ';') LOOP
             n := nullif(code, '')::integer;
             IF n IS NULL OR n = 0 THEN fg := ''; bg := ''; bold := false;
             ELSIF n = 1 THEN bold := true;
@@ -64,18 +130,22 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
-    RETURN html;
+    RETURN array_to_string(pieces, '');
 END
 $$;
 
-CREATE FUNCTION shell.append_output(p_command_id bigint, p_worker_id text, p_attempt integer, p_seq integer, p_data text) RETURNS void
+CREATE FUNCTION shell.append_output(p_command_id bigint, p_worker_id text, p_attempt integer, p_seq integer, p_data text, p_notify boolean DEFAULT true) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 DECLARE
-    lease record := shell.leased_command(p_command_id, p_worker_id, p_attempt, ARRAY['running']);
+    lease record;
 BEGIN
-    INSERT INTO shell.output_chunks (command_id, seq, data) VALUES (p_command_id, p_seq, p_data)
+    PERFORM set_config('shell.quiet', CASE WHEN p_notify THEN '' ELSE 'on' END, true);
+    lease := shell.leased_command(p_command_id, p_worker_id, p_attempt, ARRAY['running']);
+    PERFORM set_config('shell.quiet', '', true);
+    INSERT INTO shell.output_chunks (command_id, seq, data, change_seq)
+    VALUES (p_command_id, p_seq, p_data, lease.change)
     ON CONFLICT DO NOTHING;
     IF FOUND THEN
         UPDATE shell.commands c SET output_bytes = c.output_bytes + octet_length(p_data),
@@ -131,12 +201,9 @@ CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURN
     SET search_path TO ''
     AS $$
     SELECT c.session_id, c.id, c.chain_seq, c.chain_prev, c.chain_hash, c.result_record, c.signature,
-           c.key_id, c.user_id, c.command, c.status, c.exit_code, c.reason, c.truncated, c.output,
-           c.cwd_before, c.env_before, c.cwd_after, c.env_after, c.image_digest, c.worker_id,
-           c.attempts, c.duration_ms,
-           (SELECT shell.sha256_hex(string_agg(o.data, '' ORDER BY o.seq))
-            FROM shell.output_chunks o WHERE o.command_id = c.id),
-           c.root_before, c.root_after
+           c.key_id, c.user_id, c.command, c.status, c.exit_code, c.reason, c.truncated,
+           shell.output_of(c), c.cwd_before, c.env_before, c.cwd_after, c.env_after, c.image_digest,
+           c.worker_id, c.attempts, c.duration_ms, NULL::text, c.root_before, c.root_after
     FROM shell.commands c
     WHERE (p_session_id IS NULL OR c.session_id = p_session_id)
       AND (c.status IN ('done', 'failed', 'cancelled') OR c.chain_seq IS NOT NULL)
@@ -183,6 +250,24 @@ CREATE FUNCTION shell.blob_content(p_sha256 text) RETURNS bytea
     FROM shell.blob_chunks k WHERE k.sha256 = p_sha256
 $$;
 
+CREATE FUNCTION shell.chain_position(p_command_id bigint, p_worker_id text, p_attempt integer, OUT chain_seq bigint, OUT chain_prev text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    leased shell.commands;
+BEGIN
+    SELECT l.chain_seq + 1, l.chain_head INTO chain_seq, chain_prev FROM shell.lanes l
+    WHERE l.session_id = (SELECT c.session_id FROM shell.commands c WHERE c.id = p_command_id)
+    FOR UPDATE;
+    SELECT * INTO leased FROM shell.commands c WHERE c.id = p_command_id;
+    IF leased.id IS NULL OR leased.worker_id IS DISTINCT FROM p_worker_id
+       OR leased.attempts IS DISTINCT FROM p_attempt OR leased.status NOT IN ('claimed', 'running') THEN
+        PERFORM shell.lease_lost(p_command_id, p_worker_id, p_attempt, leased);
+    END IF;
+END
+$$;
+
 CREATE FUNCTION shell.chain_result(p_command_id bigint, p_record text DEFAULT NULL::text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -197,11 +282,13 @@ DECLARE
     seq bigint;
 BEGIN
     SELECT * INTO c FROM shell.commands WHERE id = p_command_id;
+    SELECT l.chain_seq + 1, l.chain_head INTO seq, prev FROM shell.lanes l
+    WHERE l.session_id = c.session_id FOR UPDATE;
     facts := shell.result_facts(c);
     IF rec IS NULL THEN
         rec := (facts || jsonb_build_object(
-            'v', 2, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
-            'finished_at', shell.utc_text(c.completed_at)))::text;
+            'v', 3, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
+            'finished_at', shell.utc_text(c.completed_at), 'chain_seq', seq, 'chain_prev', prev))::text;
     ELSE
         BEGIN
             claimed := rec::jsonb;
@@ -211,12 +298,20 @@ BEGIN
         IF jsonb_typeof(claimed) <> 'object' THEN
             RAISE EXCEPTION 'result record is not a JSON object' USING ERRCODE = '22023';
         END IF;
+        IF jsonb_typeof(claimed -> 'v') <> 'number' THEN
+            RAISE EXCEPTION 'result record has no version' USING ERRCODE = '22023';
+        END IF;
+        IF (claimed ->> 'v')::numeric >= 3 THEN
+            facts := facts || jsonb_build_object('chain_seq', seq, 'chain_prev', prev);
+        END IF;
         FOR field IN SELECT jsonb_object_keys(facts) LOOP
             IF claimed -> field IS DISTINCT FROM facts -> field THEN
                 RAISE EXCEPTION 'result record disagrees with the command on %', field
                     USING ERRCODE = '22023',
                     DETAIL = format('record says %s, the command has %s',
-                                    coalesce((claimed -> field)::text, 'nothing'), (facts -> field)::text);
+                                    coalesce((claimed -> field)::text, 'nothing'), (facts -> field)::text),
+                    HINT = 'From version 3 on, read chain_seq and chain_prev with '
+                           'shell.chain_position in the transaction that completes.';
             END IF;
         END LOOP;
         IF p_signature IS NULL OR p_signature !~ '^[0-9a-f]{128}$'
@@ -226,15 +321,66 @@ BEGIN
                 HINT = 'Register the key with shell.register_signing_key first.';
         END IF;
     END IF;
-    SELECT l.chain_head INTO prev FROM shell.lanes l WHERE l.session_id = c.session_id;
-    UPDATE shell.lanes l SET chain_seq = l.chain_seq + 1, chain_head = shell.sha256_hex(prev || rec)
-    WHERE l.session_id = c.session_id RETURNING l.chain_seq INTO seq;
+    UPDATE shell.lanes l SET chain_seq = seq, chain_head = shell.sha256_hex(prev || rec)
+    WHERE l.session_id = c.session_id;
     UPDATE shell.commands SET result_record = rec, signature = p_signature,
         key_id = CASE WHEN p_record IS NULL THEN NULL ELSE p_key_id END,
         chain_seq = seq, chain_prev = prev, chain_hash = shell.sha256_hex(prev || rec)
     WHERE id = p_command_id;
 END
 $_$;
+
+CREATE FUNCTION shell.changes_page(p_session_id uuid, p_after_change bigint, p_limit integer, OUT commands shell.commands[], OUT after_change bigint) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM shell.current_user_id();
+    PERFORM shell.check_page(p_after_change, p_limit);
+    IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
+        PERFORM shell.session_not_found();
+    END IF;
+    -- A cursor from the future would wait for a change that never comes.
+    after_change := least(p_after_change, coalesce(
+        (SELECT max(c.change_seq) FROM shell.commands c WHERE c.session_id = p_session_id), 0));
+    commands := ARRAY(SELECT page FROM (
+                          SELECT c FROM shell.commands c
+                          WHERE c.session_id = p_session_id AND c.change_seq > after_change
+                          ORDER BY c.change_seq LIMIT p_limit) page(page)
+                      ORDER BY (page).id);
+END
+$$;
+
+CREATE FUNCTION shell.check_output_limit(p_output_limit integer) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+BEGIN
+    IF p_output_limit IS NULL OR p_output_limit NOT BETWEEN 0 AND shell.listing_budget() THEN
+        RAISE EXCEPTION 'p_output_limit must be between 0 and % bytes', shell.listing_budget()
+            USING ERRCODE = '22023', HINT = 'Read longer outputs with read_output.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION shell.check_output_quota(p_user_id uuid) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    quota bigint := (SELECT u.max_output_bytes FROM shell.users u WHERE u.id = p_user_id);
+    stored bigint := (SELECT coalesce(sum(c.output_bytes), 0) FROM shell.commands c
+                      WHERE c.user_id = p_user_id);
+BEGIN
+    IF stored >= quota THEN
+        RAISE EXCEPTION 'stored output quota reached (% of % bytes)', stored, quota
+            USING ERRCODE = 'PT429',
+            DETAIL = 'The quota max_output_bytes counts the output of every command kept.',
+            HINT = 'Ask an administrator to raise it (pg-shell user quota --output-mb), '
+                   'or wait for retention to remove old commands.';
+    END IF;
+END
+$$;
 
 CREATE FUNCTION shell.check_page(p_since_id bigint, p_limit integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -360,6 +506,21 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT CASE
+        WHEN c.status IN ('pending', 'claimed', 'running')
+        THEN format('<button type="button" class="cancel" data-cancel="%s">cancel</button>', c.id)
+        ELSE format('<button type="button" class="fork" data-fork="%s">fork from here</button>', c.id)
+             || CASE WHEN c.replay_of_command_id IS NULL
+                     THEN format('<button type="button" class="replay" data-replay="%s">replay from here</button>',
+                                 c.id)
+                     ELSE '' END
+        END
+$$;
+
 CREATE FUNCTION shell.command_not_found() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -418,8 +579,7 @@ BEGIN
     UPDATE shell.commands c SET status = new_status, exit_code = new_exit_code,
         reason = rec ->> 'reason', truncated = new_truncated, completed_at = now(),
         duration_ms = new_duration_ms, cwd_after = new_cwd, env_after = new_env,
-        root_after = new_root, lease_expires_at = NULL, output = shell.output_of(cmd),
-        change_seq = lease.change
+        root_after = new_root, lease_expires_at = NULL, change_seq = lease.change
     WHERE c.id = p_command_id;
     IF p_signature IS NULL THEN
         PERFORM shell.chain_result(p_command_id);
@@ -542,6 +702,7 @@ CREATE TABLE shell.sessions (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     last_active_at timestamp with time zone DEFAULT now() NOT NULL,
     root text DEFAULT '4c91b08843fdda8593f1552b5a6f10075310e7773fed804c20e24813c963f26f'::text,
+    archived_at timestamp with time zone,
     CONSTRAINT sessions_cwd_check CHECK ((cwd ~~ '/%'::text)),
     CONSTRAINT sessions_env_check CHECK ((jsonb_typeof(env) = 'object'::text)),
     CONSTRAINT sessions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200)))
@@ -674,51 +835,34 @@ CREATE FUNCTION shell.jwt_secret() RETURNS text
     SELECT value FROM shell.config WHERE key = 'jwt_secret'
 $$;
 
-CREATE TABLE shell.commands (
-    id bigint NOT NULL,
-    session_id uuid NOT NULL,
-    user_id uuid NOT NULL,
-    command text NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    submitted_at timestamp with time zone DEFAULT now() NOT NULL,
-    claimed_at timestamp with time zone,
-    started_at timestamp with time zone,
-    completed_at timestamp with time zone,
-    worker_id text,
-    attempts integer DEFAULT 0 NOT NULL,
-    lease_expires_at timestamp with time zone,
-    container_id text,
-    cancel_requested_at timestamp with time zone,
-    exit_code integer,
-    duration_ms integer,
-    reason text,
-    output text,
-    output_bytes bigint DEFAULT 0 NOT NULL,
-    truncated boolean DEFAULT false NOT NULL,
-    cwd_before text,
-    env_before jsonb,
-    cwd_after text,
-    env_after jsonb,
-    image_digest text,
-    replay_run_id uuid,
-    replay_of_command_id bigint,
-    change_seq bigint DEFAULT 0 NOT NULL,
-    result_record text,
-    signature text,
-    key_id text,
-    chain_seq bigint,
-    chain_prev text,
-    chain_hash text,
-    root_before text,
-    root_after text,
-    upload jsonb,
-    CONSTRAINT commands_active_has_lease CHECK (((status <> ALL (ARRAY['claimed'::text, 'running'::text])) OR ((worker_id IS NOT NULL) AND (lease_expires_at IS NOT NULL) AND (claimed_at IS NOT NULL)))),
-    CONSTRAINT commands_command_check CHECK (((octet_length(command) >= 1) AND (octet_length(command) <= 1048576))),
-    CONSTRAINT commands_duration_ms_check CHECK ((duration_ms >= 0)),
-    CONSTRAINT commands_running_has_started CHECK (((status <> 'running'::text) OR (started_at IS NOT NULL))),
-    CONSTRAINT commands_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text]))),
-    CONSTRAINT commands_terminal_is_complete CHECK (((status <> ALL (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) OR (completed_at IS NOT NULL)))
-);
+CREATE FUNCTION shell.latest_page(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint) RETURNS shell.commands[]
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM shell.current_user_id();
+    PERFORM shell.check_page(p_since_id, p_limit);
+    IF p_before_id IS NOT NULL AND p_before_id <= 0 THEN
+        RAISE EXCEPTION 'p_before_id must be a command id' USING ERRCODE = '22023';
+    END IF;
+    IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
+        PERFORM shell.session_not_found();
+    END IF;
+    -- Forward from p_since_id (oldest first), or the newest p_limit before
+    -- p_before_id (or of all, when both are unset).
+    IF p_since_id > 0 AND p_before_id IS NULL THEN
+        RETURN ARRAY(SELECT c FROM shell.commands c
+                     WHERE c.session_id = p_session_id AND c.id > p_since_id
+                     ORDER BY c.id LIMIT p_limit);
+    END IF;
+    RETURN ARRAY(SELECT page FROM (
+                     SELECT c FROM shell.commands c
+                     WHERE c.session_id = p_session_id AND c.id > p_since_id
+                       AND c.id < coalesce(p_before_id, 9223372036854775807)
+                     ORDER BY c.id DESC LIMIT p_limit) page(page)
+                 ORDER BY (page).id);
+END
+$$;
 
 CREATE FUNCTION shell.lease_lost(p_command_id bigint, p_worker_id text, p_attempt integer, p_found shell.commands) RETURNS void
     LANGUAGE plpgsql
@@ -746,6 +890,52 @@ BEGIN
         PERFORM shell.lease_lost(p_command_id, p_worker_id, p_attempt, leased);
     END IF;
 END
+$$;
+
+CREATE FUNCTION shell.listing(p_commands shell.commands[], p_output_limit integer, p_seen_change bigint DEFAULT NULL::bigint) RETURNS SETOF shell.listing_row
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    n integer := coalesce(array_length(p_commands, 1), 0);
+    remaining bigint := shell.listing_budget();
+    answer shell.listing_row[] := '{}';
+    r shell.listing_row;
+    cost bigint;
+    command_cost bigint;
+    size bigint;
+BEGIN
+    FOR i IN REVERSE n .. 1 LOOP
+        r.c := p_commands[i];
+        r.command := (r.c).command;
+        command_cost := octet_length(to_json(r.command)::text) + 256;  -- with the row's other fields
+        IF command_cost > remaining THEN
+            r.command := shell.utf8_slice(r.command, 0, 1024) || ' …';
+            command_cost := octet_length(to_json(r.command)::text) + 256;
+        END IF;
+        remaining := remaining - command_cost;
+        SELECT p.piece, p.piece_from, p.total INTO r.piece, r.piece_from, r.total
+        FROM shell.output_piece(r.c, 0, greatest(least(p_output_limit, remaining), 0), p_seen_change) p;
+        cost := octet_length(to_json(r.piece)::text) - 2;
+        -- Escapes made it larger than the budget left: take a shorter piece.
+        WHILE cost > greatest(remaining, 0) AND r.piece <> '' LOOP
+            size := octet_length(r.piece) * greatest(remaining, 0) / cost;
+            r.piece := CASE WHEN size <= 0 THEN '' ELSE shell.utf8_slice(r.piece, 0, size) END;
+            cost := octet_length(to_json(r.piece)::text) - 2;
+        END LOOP;
+        remaining := remaining - cost;
+        answer[i] := r;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(answer);
+END
+$$;
+
+CREATE FUNCTION shell.listing_budget() RETURNS integer
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce((SELECT c.value::integer FROM shell.config c WHERE c.key = 'listing_budget_bytes'),
+                    3145728)
 $$;
 
 CREATE FUNCTION shell.live_commands(p_command_ids bigint[]) RETURNS SETOF bigint
@@ -812,9 +1002,10 @@ BEGIN
     -- The row lock serializes this user's session creation, so the count
     -- below cannot be raced past the quota.
     SELECT u.max_sessions INTO quota FROM shell.users u WHERE u.id = p_user_id FOR NO KEY UPDATE;
-    IF (SELECT count(*) FROM shell.sessions s WHERE s.user_id = p_user_id) >= quota THEN
+    IF (SELECT count(*) FROM shell.sessions s
+        WHERE s.user_id = p_user_id AND s.archived_at IS NULL) >= quota THEN
         RAISE EXCEPTION 'session quota reached (% sessions)', quota USING ERRCODE = 'PT429',
-            HINT = 'Ask an administrator to raise max_sessions.';
+            HINT = 'Archive sessions you no longer need, or ask an administrator to raise max_sessions.';
     END IF;
     INSERT INTO shell.sessions (user_id, name, cwd, env, forked_from_command_id, replay_of_session_id)
     VALUES (p_user_id, p_name, p_cwd, p_env, p_forked_from, p_replay_of)
@@ -829,9 +1020,47 @@ CREATE FUNCTION shell.notify_change() RETURNS trigger
     SET search_path TO ''
     AS $$
 BEGIN
-    PERFORM pg_notify('shell_changes', NEW.session_id::text);
+    IF coalesce(current_setting('shell.quiet', true), '') <> 'on' THEN
+        PERFORM pg_notify('shell_changes', NEW.session_id::text);
+    END IF;
     RETURN NULL;
 END
+$$;
+
+CREATE FUNCTION shell.outcome_class(c shell.commands) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT CASE
+        WHEN c.status IN ('pending', 'claimed', 'running') THEN 'running'
+        WHEN c.status = 'cancelled' OR c.reason = 'cancelled' THEN 'cancelled'
+        WHEN c.status = 'done' AND c.exit_code = 0 THEN 'ok'
+        ELSE 'failed' END
+$$;
+
+CREATE FUNCTION shell.outcome_words(c shell.commands, p_limit_s numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT concat_ws(' · ',
+        CASE
+            WHEN c.status = 'pending' THEN 'waiting to run'
+            WHEN c.status IN ('claimed', 'running') THEN 'running'
+            WHEN c.reason = 'timeout' THEN 'timed out: stopped at the '
+                || coalesce(trim_scale(p_limit_s) || ' s ', '') || 'time limit'
+            WHEN c.reason = 'oom' THEN 'out of memory: stopped at the memory limit'
+            WHEN c.status = 'cancelled' OR c.reason = 'cancelled' THEN 'cancelled'
+            WHEN c.status = 'done' AND c.exit_code = 0 THEN 'done · exit 0'
+            WHEN c.reason IS NOT NULL THEN 'failed: ' || c.reason
+            ELSE 'exit ' || c.exit_code || CASE
+                WHEN c.exit_code = 127 THEN ': command not found'
+                WHEN c.exit_code = 126 THEN ': not executable'
+                WHEN c.exit_code = 130 THEN ': interrupted'
+                WHEN c.exit_code > 128 THEN ': killed by signal ' || (c.exit_code - 128)
+                ELSE ': failed' END
+        END,
+        c.duration_ms || ' ms',
+        CASE WHEN c.truncated THEN 'output truncated' END)
 $$;
 
 CREATE FUNCTION shell.output_of(c shell.commands) RETURNS text
@@ -841,6 +1070,42 @@ CREATE FUNCTION shell.output_of(c shell.commands) RETURNS text
     SELECT coalesce(c.output,
         (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM shell.output_chunks o WHERE o.command_id = c.id),
         '')
+$$;
+
+CREATE FUNCTION shell.output_piece(c shell.commands, p_from bigint, p_limit bigint, p_seen_change bigint DEFAULT NULL::bigint, OUT piece text, OUT piece_from bigint, OUT total bigint) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    seen bigint;
+    chunks bigint;
+    joined text;
+    joined_from bigint;
+BEGIN
+    SELECT count(*), coalesce(max(ch.upto), 0),
+           coalesce(max(ch.upto) FILTER (WHERE ch.change_seq <= p_seen_change), 0)
+    INTO chunks, total, seen
+    FROM (SELECT o.change_seq, sum(octet_length(o.data)) OVER (ORDER BY o.seq) AS upto
+          FROM shell.output_chunks o WHERE o.command_id = c.id) ch;
+    IF chunks = 0 AND c.output IS NOT NULL THEN  -- output stored whole, never streamed
+        total := octet_length(c.output);
+        piece_from := CASE WHEN p_seen_change IS NULL THEN least(p_from, total)
+                           WHEN c.change_seq <= p_seen_change THEN total ELSE 0 END;
+        piece := shell.utf8_slice(c.output, piece_from, p_limit);
+        RETURN;
+    END IF;
+    piece_from := CASE WHEN p_seen_change IS NULL THEN least(p_from, total) ELSE seen END;
+    IF p_limit <= 0 OR piece_from >= total THEN
+        piece := '';
+        RETURN;
+    END IF;
+    SELECT string_agg(ch.data, '' ORDER BY ch.seq), min(ch.upto - octet_length(ch.data))
+    INTO joined, joined_from
+    FROM (SELECT o.seq, o.data, sum(octet_length(o.data)) OVER (ORDER BY o.seq) AS upto
+          FROM shell.output_chunks o WHERE o.command_id = c.id) ch
+    WHERE ch.upto > piece_from AND ch.upto - octet_length(ch.data) < piece_from + p_limit;
+    piece := shell.utf8_slice(joined, piece_from - joined_from, p_limit);
+END
 $$;
 
 CREATE FUNCTION shell.owned_command(p_command_id bigint) RETURNS shell.commands
@@ -871,7 +1136,7 @@ DECLARE
     found shell.sessions;
 BEGIN
     SELECT * INTO found FROM shell.sessions s
-    WHERE s.id = p_session_id AND s.user_id = me;
+    WHERE s.id = p_session_id AND s.user_id = me AND s.archived_at IS NULL;
     IF found.id IS NULL THEN
         PERFORM shell.session_not_found();
     END IF;
@@ -921,6 +1186,14 @@ BEGIN
     RETURN QUERY SELECT i.digest, i.promoted_at, old FROM shell.images i WHERE i.digest = p_digest;
 END
 $_$;
+
+CREATE FUNCTION shell.publish_time_limit(p_seconds numeric) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    INSERT INTO shell.config (key, value) VALUES ('command_time_limit_s', p_seconds::text)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value
+$$;
 
 CREATE FUNCTION shell.put_blob_chunk(p_sha256 text, p_size bigint, p_chunks integer, p_seq integer, p_data bytea) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1019,6 +1292,34 @@ CREATE FUNCTION shell.queue_depth() RETURNS bigint
     SELECT count(*) FROM shell.commands c WHERE c.status = 'pending'
 $$;
 
+CREATE FUNCTION shell.record_login_failure(p_name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    free integer := (SELECT value::integer FROM shell.config WHERE key = 'login_free_failures');
+    base double precision := (SELECT value::double precision FROM shell.config
+                              WHERE key = 'login_backoff_base_s');
+    cap double precision := (SELECT value::double precision FROM shell.config
+                             WHERE key = 'login_backoff_max_s');
+    n integer;
+BEGIN
+    -- Names idle for a day are forgotten, so guessed names cannot fill the table.
+    DELETE FROM shell.login_failures WHERE last_failure < now() - interval '1 day';
+    INSERT INTO shell.login_failures AS f (username, failures, last_failure, closed_until)
+    VALUES (p_name, 1, now(), now())
+    ON CONFLICT (username) DO UPDATE
+        SET failures = f.failures + 1, last_failure = now(),
+            closed_until = greatest(f.closed_until, now())
+    RETURNING failures INTO n;
+    IF n > free THEN
+        UPDATE shell.login_failures
+        SET closed_until = now() + make_interval(secs => least(cap, base * 2 ^ least(n - free - 1, 30)))
+        WHERE username = p_name;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION shell.register_signing_key(p_public_key text, p_worker_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1063,8 +1364,7 @@ BEGIN
     UPDATE shell.commands c SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
         reason = CASE WHEN current.status = 'claimed' AND NOT (p_container_started OR current.container_id IS NOT NULL)
                       THEN 'gave up after ' || current.attempts || ' attempts' ELSE p_reason END,
-        cwd_after = current.cwd_before, env_after = current.env_before,
-        output = shell.output_of(current), change_seq = seq
+        cwd_after = current.cwd_before, env_after = current.env_before, change_seq = seq
     WHERE c.id = current.id;
     PERFORM shell.chain_result(current.id);
     UPDATE shell.lanes l SET active_command_id = NULL,
@@ -1119,21 +1419,91 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
     SET search_path TO ''
     AS $_$
     SELECT format(
-        '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s">'
-        '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>%s</div>'
+        '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s" '
+        'data-outcome="%s"%s%s>'
+        '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>'
+        '<span class="actions">%s</span></div>'
         '<pre class="out">%s</pre><div class="meta">%s</div>%s</article>',
         CASE WHEN c.upload IS NOT NULL THEN ' upload' ELSE '' END,
-        c.id, c.id, c.status, c.change_seq,
-        shell.html_escape(coalesce(c.cwd_before, '')), shell.html_escape(c.command),
-        CASE WHEN c.status IN ('pending', 'claimed', 'running')
-             THEN format('<button type="button" class="cancel" data-cancel="%s">cancel</button>', c.id)
-             ELSE format('<button type="button" class="fork" data-fork="%s">fork from here</button>', c.id) END,
+        c.id, c.id, c.status, c.change_seq, shell.outcome_class(c),
+        CASE WHEN c.status = 'running' AND c.started_at IS NOT NULL
+             THEN format(' data-started="%s"%s',
+                         floor(extract(epoch FROM c.started_at) * 1000)::bigint,
+                         coalesce(format(' data-limit="%s"', trim_scale(shell.time_limit_s())), ''))
+             ELSE '' END,
+        CASE WHEN c.cwd_after IS NOT NULL
+             THEN format(' data-cwd="%s"', shell.html_escape(shell.short_cwd(c.cwd_after))) ELSE '' END,
+        shell.html_escape(shell.short_cwd(coalesce(c.cwd_before, ''))), shell.html_escape(c.command),
+        shell.command_buttons(c),
         shell.ansi_html(shell.output_of(c)),
-        shell.html_escape(concat_ws(' · ', c.status,
-            'exit ' || c.exit_code, c.reason, c.duration_ms || ' ms',
-            CASE WHEN c.truncated THEN 'output truncated' END)),
+        shell.html_escape(shell.outcome_words(c, shell.time_limit_s())),
         shell.render_changes(c))
 $_$;
+
+CREATE FUNCTION shell.render_listing(p_rows shell.listing_row[]) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    remaining bigint := shell.listing_budget();
+    parts text[] := '{}';
+    r shell.listing_row;
+    html text;
+    n integer := coalesce(array_length(p_rows, 1), 0);
+BEGIN
+    FOR i IN REVERSE n .. 1 LOOP
+        r := p_rows[i];
+        html := shell.render_piece(r);
+        IF octet_length(html) > remaining AND r.piece <> '' THEN
+            r.piece := '';
+            html := shell.render_piece(r);
+        END IF;
+        remaining := remaining - octet_length(html);
+        parts[i] := html;
+    END LOOP;
+    RETURN array_to_string(parts, E'\n');
+END
+$$;
+
+CREATE FUNCTION shell.render_piece(r shell.listing_row) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    c shell.commands := r.c;
+    piece_end bigint := r.piece_from + octet_length(r.piece);
+    html text;
+BEGIN
+    -- render_command shows c.output when it is set: the piece stands in
+    -- for the whole output.
+    c.output := r.piece;
+    c.command := r.command;
+    html := shell.render_command(c);
+    html := regexp_replace(html, '<pre class="out"',
+        format('<pre class="out" data-from="%s" data-end="%s" data-bytes="%s"', r.piece_from, piece_end, r.total));
+    IF piece_end < r.total AND r.piece_from = 0 THEN
+        html := regexp_replace(html, '</pre>', format(
+            '</pre><p class="cut" data-cut="%s">output cut: %s of %s bytes shown</p>',
+            c.id, piece_end, r.total));
+    END IF;
+    RETURN html;
+END
+$$;
+
+CREATE FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_retry_after integer DEFAULT NULL::integer) RETURNS json
+    LANGUAGE sql
+    SET search_path TO ''
+    AS $$
+    SELECT set_config('response.status', p_status::text, true),
+           set_config('response.headers',
+                      CASE WHEN p_retry_after IS NULL THEN '[]'
+                           ELSE json_build_array(json_build_object(
+                                    'Retry-After', p_retry_after::text))::text END,
+                      true);
+    SELECT json_build_object('code', p_code, 'message', p_message, 'details', NULL, 'hint',
+                             CASE WHEN p_retry_after IS NULL THEN NULL
+                                  ELSE format('Try again in %s seconds.', p_retry_after) END);
+$$;
 
 CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -1143,7 +1513,7 @@ CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
         'command_id', c.id, 'session_id', c.session_id::text, 'user_id', c.user_id::text,
         'command_sha256', shell.sha256_hex(c.command), 'status', c.status,
         'exit_code', c.exit_code, 'reason', c.reason, 'truncated', c.truncated,
-        'output_sha256', shell.sha256_hex(coalesce(c.output, '')),
+        'output_sha256', shell.sha256_hex(shell.output_of(c)),
         'cwd_before', c.cwd_before, 'env_before', c.env_before,
         'cwd_after', c.cwd_after, 'env_after', c.env_after,
         'image_digest', c.image_digest, 'worker_id', c.worker_id, 'attempt', c.attempts,
@@ -1239,21 +1609,22 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer)
+CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 BEGIN
-    IF least(p_max_sessions, p_max_running, p_max_queued) < 0 THEN
+    IF least(p_max_sessions, p_max_running, p_max_queued, p_max_output_mb) < 0 THEN
         RAISE EXCEPTION 'quotas cannot be negative' USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
     UPDATE shell.users u SET
         max_sessions = coalesce(p_max_sessions, u.max_sessions),
         max_running = coalesce(p_max_running, u.max_running),
-        max_queued = coalesce(p_max_queued, u.max_queued)
+        max_queued = coalesce(p_max_queued, u.max_queued),
+        max_output_bytes = coalesce(p_max_output_mb::bigint * 1048576, u.max_output_bytes)
     WHERE u.username = p_username
-    RETURNING u.username, u.max_sessions, u.max_running, u.max_queued;
+    RETURNING u.username, u.max_sessions, u.max_running, u.max_queued, u.max_output_bytes / 1048576;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no user %', p_username USING ERRCODE = '22023';
     END IF;
@@ -1288,6 +1659,16 @@ CREATE FUNCTION shell.sha256_hex(t text) RETURNS text
     SELECT encode(sha256(convert_to(t, 'UTF8')), 'hex')
 $$;
 
+CREATE FUNCTION shell.short_cwd(p_cwd text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT CASE
+        WHEN p_cwd = '/home/sandbox' THEN '~'
+        WHEN p_cwd LIKE '/home/sandbox/%' THEN '~' || substr(p_cwd, length('/home/sandbox') + 1)
+        ELSE p_cwd END
+$$;
+
 CREATE FUNCTION shell.sign_jwt(claims jsonb) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -1302,6 +1683,13 @@ BEGIN
         convert_to((SELECT value FROM shell.config WHERE key = 'jwt_secret'), 'utf8'),
         'sha256'));
 END
+$$;
+
+CREATE FUNCTION shell.time_limit_s() RETURNS numeric
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT value::numeric FROM shell.config WHERE key = 'command_time_limit_s'
 $$;
 
 CREATE FUNCTION shell.tree_diff(p_old text, p_new text) RETURNS TABLE(path text, change text, old_kind text, old_object text, kind text, mode integer, size bigint, object text, target text)
@@ -1497,6 +1885,61 @@ CREATE FUNCTION shell.utc_text(t timestamp with time zone) RETURNS text
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 
+CREATE FUNCTION shell.utf8_slice(t text, p_from bigint, p_limit bigint) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    b bytea;
+    n integer;
+    e integer;
+BEGIN
+    IF t IS NULL OR p_limit <= 0 THEN
+        RETURN '';
+    END IF;
+    -- A character is at least one byte: the first p_from + p_limit
+    -- characters hold every byte asked for, and left() reads no further.
+    b := convert_to(left(t, least(p_from + p_limit, 1073741823)::integer), 'UTF8');
+    n := length(b);
+    IF p_from >= n THEN
+        RETURN '';
+    END IF;
+    IF get_byte(b, p_from::integer) BETWEEN 128 AND 191 THEN
+        RAISE EXCEPTION 'offset % is inside a character', p_from USING ERRCODE = '22023',
+            HINT = 'Use an offset a listing or read_output gave (output_offset, next_offset).';
+    END IF;
+    e := least(p_from + p_limit, n)::integer;
+    WHILE e < n AND get_byte(b, e) BETWEEN 128 AND 191 LOOP
+        e := e - 1;
+    END LOOP;
+    IF e <= p_from THEN
+        e := p_from::integer + 1;
+        WHILE e < n AND get_byte(b, e) BETWEEN 128 AND 191 LOOP
+            e := e + 1;
+        END LOOP;
+    END IF;
+    RETURN convert_from(substring(b FROM p_from::integer + 1 FOR e - p_from::integer), 'UTF8');
+END
+$$;
+
+CREATE FUNCTION shell_api.archive_session(p_session_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.sessions := shell.owned_session(p_session_id);
+BEGIN
+    -- The lane lock orders this against a concurrent submit_command.
+    PERFORM FROM shell.lanes l WHERE l.session_id = target.id FOR UPDATE;
+    IF EXISTS (SELECT FROM shell.commands c
+               WHERE c.session_id = target.id AND c.status IN ('pending', 'claimed', 'running')) THEN
+        RAISE EXCEPTION 'session has unfinished commands' USING ERRCODE = 'PT409',
+            HINT = 'Cancel them or wait for them to finish, then archive the session.';
+    END IF;
+    UPDATE shell.sessions s SET archived_at = now() WHERE s.id = target.id;
+END
+$$;
+
 CREATE FUNCTION shell_api.cancel_command(p_command_id bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1545,6 +1988,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.command_limits() RETURNS json
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    SELECT json_build_object('time_limit_s', shell.time_limit_s())
+$$;
+
 CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text) RETURNS uuid
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
@@ -1573,49 +2023,41 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell_api.latest_output(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20) RETURNS TABLE(id bigint, command text, output text, exit_code integer, status text, submitted_at timestamp with time zone, started_at timestamp with time zone, completed_at timestamp with time zone)
+CREATE FUNCTION shell_api.latest_output(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20, p_before_id bigint DEFAULT NULL::bigint, p_output_limit integer DEFAULT 65536) RETURNS TABLE(id bigint, command text, output text, exit_code integer, status text, submitted_at timestamp with time zone, started_at timestamp with time zone, completed_at timestamp with time zone, output_offset bigint, output_bytes bigint, output_cut boolean)
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
     AS $$
 BEGIN
-    -- Row-level security alone would only check identity on rows it finds.
-    PERFORM shell.current_user_id();
-    PERFORM shell.check_page(p_since_id, p_limit);
-    IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
-        PERFORM shell.session_not_found();
-    END IF;
+    PERFORM shell.check_output_limit(p_output_limit);
     RETURN QUERY
-    SELECT page.id, page.command, shell.output_of(page), page.exit_code, page.status,
-           page.submitted_at, page.started_at, page.completed_at
-    FROM (
-        (SELECT c.* FROM shell.commands c
-         WHERE c.session_id = p_session_id AND p_since_id = 0
-         ORDER BY c.id DESC LIMIT p_limit)
-        UNION ALL
-        (SELECT c.* FROM shell.commands c
-         WHERE c.session_id = p_session_id AND p_since_id > 0 AND c.id > p_since_id
-         ORDER BY c.id LIMIT p_limit)
-    ) page
-    ORDER BY page.id;
+    SELECT (r.c).id, r.command, r.piece, (r.c).exit_code, (r.c).status, (r.c).submitted_at,
+           (r.c).started_at, (r.c).completed_at, r.piece_from, r.total,
+           r.piece_from + octet_length(r.piece) < r.total
+    FROM shell.listing(shell.latest_page(p_session_id, p_since_id, p_limit, p_before_id),
+                       p_output_limit) r;
 END
 $$;
 
-CREATE FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20) RETURNS shell_api."text/html"
-    LANGUAGE sql STABLE
+CREATE FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20, p_before_id bigint DEFAULT NULL::bigint, p_output_limit integer DEFAULT 65536) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
     SET search_path TO ''
     AS $$
-    SELECT coalesce(string_agg(shell.render_command(c), E'\n' ORDER BY c.id), '')
-    FROM shell_api.latest_output(p_session_id, p_since_id, p_limit) o
-    JOIN shell.commands c ON c.id = o.id
+BEGIN
+    PERFORM shell.check_output_limit(p_output_limit);
+    RETURN shell.render_listing(ARRAY(SELECT shell.listing(
+        shell.latest_page(p_session_id, p_since_id, p_limit, p_before_id), p_output_limit)));
+END
 $$;
 
-CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid)
+CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid, forked_from_session_id uuid)
     LANGUAGE sql STABLE
     SET search_path TO ''
     AS $$
-    SELECT s.id, s.name, s.cwd, s.created_at, s.last_active_at, s.forked_from_command_id, s.replay_of_session_id
+    SELECT s.id, s.name, s.cwd, s.created_at, s.last_active_at, s.forked_from_command_id,
+           s.replay_of_session_id, f.session_id
     FROM shell.sessions s
-    WHERE s.user_id = (SELECT shell.current_user_id())
+    LEFT JOIN shell.commands f ON f.id = s.forked_from_command_id
+    WHERE s.user_id = (SELECT shell.current_user_id()) AND s.archived_at IS NULL
     ORDER BY s.last_active_at DESC, s.id
 $$;
 
@@ -1624,19 +2066,28 @@ CREATE FUNCTION shell_api.login(p_username text, p_password text) RETURNS json
     SET search_path TO ''
     AS $$
 DECLARE
+    -- Valid names are at most 63 characters: a longer one names nobody.
+    name text := left(lower(coalesce(p_username, '')), 64);
     found shell.users;
+    closed timestamptz := (SELECT closed_until FROM shell.login_failures WHERE username = name);
     ttl bigint := (SELECT value::bigint FROM shell.config WHERE key = 'jwt_ttl_seconds');
     -- Truncated, not rounded: an iat up to half a second in the future makes
     -- verifiers (PyJWT) reject the token as not yet valid.
     now_epoch bigint := floor(extract(epoch FROM now()))::bigint;
 BEGIN
-    SELECT * INTO found FROM shell.users WHERE username = lower(p_username);
+    IF closed > now() THEN
+        RETURN shell.respond(429, 'PT429', 'too many failed logins for this username',
+                             ceil(extract(epoch FROM closed - now()))::integer);
+    END IF;
+    SELECT * INTO found FROM shell.users WHERE username = name;
     -- Hash even for an unknown name, so response time does not reveal which
     -- usernames exist.
     IF shell.crypt(coalesce(p_password, ''), coalesce(found.password_hash, shell.gen_salt('bf', 10)))
        IS DISTINCT FROM found.password_hash THEN
-        RAISE EXCEPTION 'invalid username or password' USING ERRCODE = '28P01';
+        PERFORM shell.record_login_failure(name);
+        RETURN shell.respond(403, '28P01', 'invalid username or password');
     END IF;
+    DELETE FROM shell.login_failures WHERE username = name;
     RETURN json_build_object('token', shell.sign_jwt(jsonb_build_object(
         'sub', found.id, 'role', 'shell_user', 'iat', now_epoch, 'exp', now_epoch + ttl)));
 END
@@ -1681,6 +2132,55 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     RETURN shell.blob_content(entry.object);
+END
+$$;
+
+CREATE FUNCTION shell_api.read_output(p_command_id bigint, p_offset bigint DEFAULT 0, p_limit integer DEFAULT 1048576) RETURNS TABLE(command_id bigint, output_offset bigint, output text, next_offset bigint, output_bytes bigint, status text)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    c shell.commands;
+    p record;
+    budget integer := shell.listing_budget();
+    cost bigint;
+BEGIN
+    PERFORM shell.current_user_id();
+    SELECT * INTO c FROM shell.commands x WHERE x.id = p_command_id;  -- row-level security: the caller's
+    IF c.id IS NULL THEN
+        PERFORM shell.command_not_found();
+    END IF;
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND budget THEN
+        RAISE EXCEPTION 'p_limit must be between 1 and % bytes', budget USING ERRCODE = '22023';
+    END IF;
+    SELECT o.total INTO p FROM shell.output_piece(c, 0, 0) o;
+    IF p_offset IS NULL OR p_offset < 0 OR p_offset > p.total THEN
+        RAISE EXCEPTION 'p_offset must be between 0 and % (the output''s size in bytes)', p.total
+            USING ERRCODE = '22023', HINT = 'Continue from the next_offset of the page before.';
+    END IF;
+    SELECT * INTO p FROM shell.output_piece(c, p_offset, p_limit) o;
+    cost := octet_length(to_json(p.piece)::text);
+    WHILE cost > budget LOOP
+        p.piece := shell.utf8_slice(p.piece, 0, octet_length(p.piece) * budget / cost);
+        cost := octet_length(to_json(p.piece)::text);
+    END LOOP;
+    RETURN QUERY SELECT c.id, p.piece_from, p.piece, p.piece_from + octet_length(p.piece), p.total, c.status;
+END
+$$;
+
+CREATE FUNCTION shell_api.rename_session(p_session_id uuid, p_name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.sessions := shell.owned_session(p_session_id);
+    new_name text := btrim(p_name);
+BEGIN
+    IF new_name IS NULL OR length(new_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'session name must be 1 to 200 characters' USING ERRCODE = '22023',
+            HINT = 'Give the session a name that is not blank.';
+    END IF;
+    UPDATE shell.sessions s SET name = new_name WHERE s.id = target.id;
 END
 $$;
 
@@ -1755,33 +2255,36 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell_api.session_changes(p_session_id uuid, p_after_change bigint DEFAULT 0, p_limit integer DEFAULT 100) RETURNS TABLE(id bigint, command text, output text, exit_code integer, status text, reason text, submitted_at timestamp with time zone, started_at timestamp with time zone, completed_at timestamp with time zone, duration_ms integer, change_seq bigint)
+CREATE FUNCTION shell_api.session_changes(p_session_id uuid, p_after_change bigint DEFAULT 0, p_limit integer DEFAULT 100, p_tail boolean DEFAULT false, p_output_limit integer DEFAULT 65536) RETURNS TABLE(id bigint, command text, output text, exit_code integer, status text, reason text, submitted_at timestamp with time zone, started_at timestamp with time zone, completed_at timestamp with time zone, duration_ms integer, change_seq bigint, output_offset bigint, output_bytes bigint, output_cut boolean)
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
     AS $$
+DECLARE
+    page record;
 BEGIN
-    PERFORM shell.current_user_id();
-    PERFORM shell.check_page(p_after_change, p_limit);
-    IF NOT EXISTS (SELECT FROM shell.sessions s WHERE s.id = p_session_id) THEN
-        PERFORM shell.session_not_found();
-    END IF;
+    PERFORM shell.check_output_limit(p_output_limit);
+    page := shell.changes_page(p_session_id, p_after_change, p_limit);
     RETURN QUERY
-    SELECT page.id, page.command, shell.output_of(page), page.exit_code, page.status, page.reason,
-           page.submitted_at, page.started_at, page.completed_at, page.duration_ms, page.change_seq
-    FROM (SELECT c.* FROM shell.commands c
-          WHERE c.session_id = p_session_id AND c.change_seq > p_after_change
-          ORDER BY c.change_seq LIMIT p_limit) page
-    ORDER BY page.id;
+    SELECT (r.c).id, r.command, r.piece, (r.c).exit_code, (r.c).status, (r.c).reason,
+           (r.c).submitted_at, (r.c).started_at, (r.c).completed_at, (r.c).duration_ms,
+           (r.c).change_seq, r.piece_from, r.total, r.piece_from + octet_length(r.piece) < r.total
+    FROM shell.listing(page.commands, p_output_limit,
+                       CASE WHEN p_tail THEN page.after_change END) r;
 END
 $$;
 
-CREATE FUNCTION shell_api.session_changes_html(p_session_id uuid, p_after_change bigint DEFAULT 0, p_limit integer DEFAULT 100) RETURNS shell_api."text/html"
-    LANGUAGE sql STABLE
+CREATE FUNCTION shell_api.session_changes_html(p_session_id uuid, p_after_change bigint DEFAULT 0, p_limit integer DEFAULT 100, p_tail boolean DEFAULT false, p_output_limit integer DEFAULT 65536) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
     SET search_path TO ''
     AS $$
-    SELECT coalesce(string_agg(shell.render_command(c), E'\n' ORDER BY c.id), '')
-    FROM shell_api.session_changes(p_session_id, p_after_change, p_limit) ch
-    JOIN shell.commands c ON c.id = ch.id
+DECLARE
+    page record;
+BEGIN
+    PERFORM shell.check_output_limit(p_output_limit);
+    page := shell.changes_page(p_session_id, p_after_change, p_limit);
+    RETURN shell.render_listing(ARRAY(SELECT shell.listing(
+        page.commands, p_output_limit, CASE WHEN p_tail THEN page.after_change END)));
+END
 $$;
 
 CREATE FUNCTION shell_api.session_cursor(p_session_id uuid) RETURNS bigint
@@ -1809,6 +2312,8 @@ CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text) RETU
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
+DECLARE
+    s shell.sessions;
 BEGIN
     -- \x0b is the vertical tab: E'\v' is not an escape in PostgreSQL (it is "v").
     IF p_command IS NULL OR btrim(p_command, E' \t\r\n\f\x0b') = '' THEN
@@ -1819,7 +2324,9 @@ BEGIN
             USING ERRCODE = 'PT413', DETAIL = 'A command may be at most 1048576 bytes.',
                   HINT = 'Put long scripts in a file in the session and run the file.';
     END IF;
-    RETURN shell.enqueue(shell.owned_session(p_session_id), p_command);
+    s := shell.owned_session(p_session_id);
+    PERFORM shell.check_output_quota(s.user_id);
+    RETURN shell.enqueue(s, p_command);
 END
 $$;
 
@@ -1958,6 +2465,13 @@ CREATE TABLE shell.lanes (
     CONSTRAINT lanes_pending_check CHECK ((pending >= 0))
 );
 
+CREATE TABLE shell.login_failures (
+    username text NOT NULL,
+    failures integer NOT NULL,
+    last_failure timestamp with time zone NOT NULL,
+    closed_until timestamp with time zone NOT NULL
+);
+
 CREATE TABLE shell.migrations (
     name text NOT NULL,
     checksum text NOT NULL,
@@ -1969,6 +2483,7 @@ CREATE TABLE shell.output_chunks (
     seq integer NOT NULL,
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     data text NOT NULL,
+    change_seq bigint,
     CONSTRAINT output_chunks_seq_check CHECK ((seq >= 0))
 );
 
@@ -2006,7 +2521,9 @@ CREATE TABLE shell.users (
     max_running integer DEFAULT 2 NOT NULL,
     max_queued integer DEFAULT 100 NOT NULL,
     max_file_bytes bigint DEFAULT 1073741824 NOT NULL,
+    max_output_bytes bigint DEFAULT 1073741824 NOT NULL,
     CONSTRAINT users_max_file_bytes_check CHECK ((max_file_bytes >= 0)),
+    CONSTRAINT users_max_output_bytes_check CHECK ((max_output_bytes >= 0)),
     CONSTRAINT users_max_queued_check CHECK ((max_queued >= 0)),
     CONSTRAINT users_max_running_check CHECK ((max_running >= 0)),
     CONSTRAINT users_max_sessions_check CHECK ((max_sessions >= 0)),
@@ -2033,6 +2550,9 @@ ALTER TABLE ONLY shell.images
 
 ALTER TABLE ONLY shell.lanes
     ADD CONSTRAINT lanes_pkey PRIMARY KEY (session_id);
+
+ALTER TABLE ONLY shell.login_failures
+    ADD CONSTRAINT login_failures_pkey PRIMARY KEY (username);
 
 ALTER TABLE ONLY shell.migrations
     ADD CONSTRAINT migrations_pkey PRIMARY KEY (name);
@@ -2086,13 +2606,19 @@ CREATE INDEX commands_session_history ON shell.commands USING btree (session_id,
 
 CREATE INDEX commands_unfinished_user ON shell.commands USING btree (user_id) WHERE (status = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text]));
 
+CREATE INDEX commands_user_output ON shell.commands USING btree (user_id) INCLUDE (output_bytes);
+
 CREATE UNIQUE INDEX images_one_current ON shell.images USING btree (is_current) WHERE is_current;
 
 CREATE INDEX lanes_ready ON shell.lanes USING btree (ready_since) WHERE ((pending > 0) AND (active_command_id IS NULL));
 
+CREATE INDEX login_failures_last_failure ON shell.login_failures USING btree (last_failure);
+
 CREATE INDEX sessions_forked_from ON shell.sessions USING btree (forked_from_command_id) WHERE (forked_from_command_id IS NOT NULL);
 
 CREATE INDEX sessions_user_id ON shell.sessions USING btree (user_id, created_at);
+
+CREATE INDEX sessions_user_live ON shell.sessions USING btree (user_id) WHERE (archived_at IS NULL);
 
 CREATE INDEX tree_entries_object ON shell.tree_entries USING btree (object) WHERE (object IS NOT NULL);
 
@@ -2160,6 +2686,8 @@ ALTER TABLE shell.config ENABLE ROW LEVEL SECURITY;
 ALTER TABLE shell.images ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.lanes ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.login_failures ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.output_chunks ENABLE ROW LEVEL SECURITY;
 

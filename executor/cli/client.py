@@ -248,10 +248,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         # command can fall before it.
         cursor = client.change_cursor(session)
         command_id = client.submit_command(session, command)
-        printer = Printer(sys.stdout, only=command_id)
+        printer = Printer(sys.stdout, only=command_id, client=client)
         try:
             while (row := printer.finished.get(command_id)) is None:
-                rows = client.session_changes(session, cursor, wait=LONG_POLL_S)
+                rows = client.session_changes(session, cursor, wait=LONG_POLL_S, tail=True)
                 cursor = max([cursor, *(int(r["change_seq"]) for r in rows)])
                 printer.show(rows)
         except KeyboardInterrupt:
@@ -270,14 +270,14 @@ def cmd_tail(args: argparse.Namespace, settings: Settings) -> int:
         raise PgShellError("-n must be between 1 and 1000")
     with api(settings) as client:
         session = session_of(args, settings, client)
-        printer = Printer(sys.stdout, only=None, headers=True)
+        printer = Printer(sys.stdout, only=None, headers=True, client=client)
         cursor = client.change_cursor(session) if args.follow else 0
         printer.show(client.latest_output(session, 0, args.lines))
         if not args.follow:
             return 0
         try:
             while True:
-                rows = client.session_changes(session, cursor, wait=LONG_POLL_S)
+                rows = client.session_changes(session, cursor, wait=LONG_POLL_S, tail=True)
                 cursor = max([cursor, *(int(r["change_seq"]) for r in rows)])
                 printer.show(rows)
         except KeyboardInterrupt:
@@ -324,14 +324,18 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
 
 
 class Printer:
-    """Prints commands' output as it grows: each change row carries the whole
-    output so far, so only the part not yet printed is written."""
+    """Prints commands' output as it grows. Change rows carry the output that
+    arrived after the cursor (``p_tail``), from byte ``output_offset`` on;
+    whatever a row leaves out (a gap, or an output the listing cut) is read
+    with read_output, so every byte is printed once."""
 
-    def __init__(self, out: TextIO, only: int | None, headers: bool = False) -> None:
+    def __init__(self, out: TextIO, only: int | None, headers: bool = False,
+                 client: ApiClient | None = None) -> None:
         self.out = out
         self.only = only  # print just this command's output (`run`)
         self.headers = headers  # a line before and after each command (`tail`)
-        self.printed: dict[int, str] = {}
+        self.client = client
+        self.printed: dict[int, int] = {}  # bytes of each command's output printed
         self.finished: dict[int, dict[str, Any]] = {}
         self._at_line_start = True
 
@@ -349,19 +353,32 @@ class Printer:
             if row["status"] == "pending":
                 return  # shown once it starts, so queued commands do not interleave
             self._write_line(f"[{command_id}] $ {_one_line(row['command'])}")
-        before = self.printed.get(command_id, "")
-        output = row["output"] or ""
-        # A stored final output that does not extend what streamed (it
-        # should) is not printed twice.
-        if output.startswith(before):
-            self._write(output[len(before):])
-            self.printed[command_id] = output
-        else:
-            self.printed.setdefault(command_id, before)
+        printed = self.printed.setdefault(command_id, 0)
+        piece = (row["output"] or "").encode()
+        offset = int(row.get("output_offset") or 0)
+        if offset > printed:
+            printed = self._read(command_id, printed, offset)
+        if offset <= printed < offset + len(piece):
+            self._write(piece[printed - offset:].decode())
+            printed = offset + len(piece)
+        total = int(row.get("output_bytes") or printed)
+        if printed < total:
+            printed = self._read(command_id, printed, total)
+        self.printed[command_id] = printed
         if done:
             self.finished[command_id] = row
             if self.headers:
                 self._write_line(f"[{command_id}] {_ending(row)}")
+
+    def _read(self, command_id: int, start: int, end: int) -> int:
+        """Prints bytes [start, end) of the output; returns where it stopped."""
+        while self.client is not None and start < end:
+            page = self.client.read_output(command_id, start)
+            if page["next_offset"] <= start:
+                break
+            self._write(page["output"])
+            start = int(page["next_offset"])
+        return start
 
     def _write(self, text: str) -> None:
         if text:

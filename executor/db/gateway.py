@@ -140,12 +140,15 @@ class GatewayDatabase:
         return self._run(read)
 
     def read_rows(self, query: row_query.RowQuery, role: str, claims: dict[str, Any] | None,
-                  check: Callable[[row_query.RowPage], None]) -> row_query.RowPage:
-        """One page of a set-returning function's rows, read as ``role``;
-        ``check`` may refuse the page, and then the call is rolled back."""
+                  check: Callable[[row_query.RowPage], None],
+                  encode: Callable[[Any], bytes] | None = None,
+                  budget: int | None = None) -> row_query.RowPage:
+        """One page of a set-returning function's rows, read as ``role``
+        (encoded, within ``budget`` bytes: row_query.read_page); ``check`` may
+        refuse the page, and then the call is rolled back."""
         def read(cur: Any) -> row_query.RowPage:
             _become(cur, role, claims, self.role_settings.get(role, []))
-            page = row_query.read_page(cur, query)
+            page = row_query.read_page(cur, query, encode, budget)
             check(page)
             return page
         return self._run(read)

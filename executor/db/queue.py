@@ -60,10 +60,17 @@ class ExecutorDatabase(Database):
         self.call("SELECT shell.mark_started(%s, %s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))
 
-    def append_output(self, cmd: ClaimedCommand, worker_id: str, seq: int, data: str) -> None:
-        """``data`` holds no NUL (OutputWriter replaces it, where it hashes)."""
-        self.call("SELECT shell.append_output(%s, %s, %s, %s, %s)",
-                  (cmd.command_id, worker_id, cmd.attempt, seq, data))
+    def append_output(self, cmd: ClaimedCommand, worker_id: str, seq: int, data: str,
+                      notify: bool = True) -> None:
+        """``data`` holds no NUL (OutputWriter replaces it, where it hashes);
+        ``notify`` False stores it without waking listeners (announce_output)."""
+        self.call("SELECT shell.append_output(%s, %s, %s, %s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt, seq, data, notify))
+
+    def announce_output(self, cmd: ClaimedCommand, worker_id: str) -> None:
+        """Wakes the session's listeners for output appended quietly."""
+        self.call("SELECT shell.announce_output(%s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt))
 
     def complete(self, cmd: ClaimedCommand, worker_id: str,
                  sign: Callable[[ChainPosition], SignedRecord]) -> None:

@@ -12,7 +12,7 @@ request-chosen aliases never reach SQL at all.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -164,31 +164,54 @@ def count_statement(query: RowQuery) -> tuple[sql.Composable, list[Any]]:
 
 @dataclass(frozen=True)
 class RowPage:
-    """One page of rows (dicts keyed c0, c1, …, or CSV lines) and the whole result's size."""
+    """One page of rows (each as the caller's ``encode`` made it, by default
+    dicts keyed c0, c1, … or CSV lines), the whole result's size, and whether
+    the page stopped short of the rows asked for to stay within a byte budget."""
     rows: list[Any]
     total: int | None
+    cut: bool = False
 
     def __len__(self) -> int:
         return len(self.rows)
 
 
-def read_page(cur: Any, query: RowQuery) -> RowPage:
+FETCH_BATCH = 32
+
+
+def read_page(cur: Any, query: RowQuery, encode: Callable[[Any], bytes] | None = None,
+              budget: int | None = None) -> RowPage:
+    """The page; with ``encode`` and ``budget``, each row is encoded as it
+    arrives (a server-side cursor, a few rows at a time) and the page ends
+    before the row that would take it past ``budget`` bytes (never before
+    its first row)."""
     statement, params = page_statement(query)
-    cur.execute(statement, params)
-    fetched = cur.fetchall()
+    rows: list[Any] = []
+    size = 0
+    cut = False
     total: int | None = None
-    if query.count == "exact" and fetched:
-        total = int(fetched[0]["total"])
-    elif query.count is not None:
+    with cur.connection.cursor(name="page", cursor_factory=type(cur)) as page:
+        page.itersize = FETCH_BATCH
+        page.execute(statement, params)
+        for r in page:
+            if query.count == "exact" and total is None:
+                total = int(r["total"])
+            row = r["line"] if query.csv else {f"c{i}": r[f"c{i}"]
+                                               for i in range(len(query.columns))}
+            if encode is not None:
+                row = encode(row)
+                if budget is not None and rows and size + len(row) > budget:
+                    cut = True
+                    break
+                size += len(row)
+            rows.append(row)
+    if query.count == "planned" or (query.count == "exact" and total is None):
         # No row carries the size (an empty page), or only an estimate is wanted.
         statement, params = count_statement(query)
         cur.execute(statement, params)
         answer = cur.fetchone()
         total = (int(answer["total"]) if query.count == "exact"
                  else int(answer["QUERY PLAN"][0]["Plan"]["Plan Rows"]))
-    rows = [r["line"] if query.csv else {f"c{i}": r[f"c{i}"] for i in range(len(query.columns))}
-            for r in fetched]
-    return RowPage(rows, total)
+    return RowPage(rows, total, cut)
 
 
 def function_source(schema: str, function: str, args: dict[str, Any],

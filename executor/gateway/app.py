@@ -10,7 +10,6 @@ import decimal
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,13 +29,14 @@ from starlette.types import Scope
 
 from executor import metrics
 from executor.config import Settings
+from executor.db import row_query
 from executor.db.gateway import API_SCHEMA, GatewayDatabase, ResponseSettings, RpcFunction
 from executor.errors import ApiError, DatabaseError
 from executor.gateway import media, openapi, ranges, rows
 from executor.gateway.auth import AuthError, Identity, identify
 from executor.gateway.body_limit import BodyLimit
 from executor.gateway.grammar import is_grammar
-from executor.gateway.live import ChangeFeed
+from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
 from executor.gateway.metrics_route import read_queue_depth
 from executor.gateway.status import http_status
 from executor.gateway.throttle import AddressThrottle, retry_after
@@ -85,7 +85,7 @@ def _canonical_uuid(value: Any) -> str:
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, default=_json_default), status, media_type="application/json")
+    return Response(_dumps(body), status, media_type="application/json; charset=utf-8")
 
 
 def error_response(status: int, code: str, message: str, details: str | None = None,
@@ -103,9 +103,12 @@ def api_error_response(exc: ApiError) -> Response:
 
 
 class Gateway:
-    def __init__(self, db: GatewayDatabase, feed: ChangeFeed, logins: AddressThrottle) -> None:
+    def __init__(self, db: GatewayDatabase, feed: ChangeFeed, logins: AddressThrottle,
+                 live: LongPolls | None = None, response_budget: int | None = None) -> None:
         self.db = db
         self.feed = feed
+        self.live = live or LongPolls(feed, 192, 16)
+        self.response_budget = response_budget
         self.logins = logins
         self.catalog: dict[str, RpcFunction] = {}
         self.columns: dict[str, tuple[str, ...]] = {}  # set-returning functions' result columns
@@ -167,9 +170,14 @@ class Gateway:
         try:
             if name in self.columns:
                 return await self._rows(request, fn, args, grammar, identity)
-            result = await self._wait(fn, args, request.headers.get("prefer", ""),
-                                      lambda: self.db.call(fn, args, identity.role,
-                                                           identity.claims, asked))
+            result = await self._wait(request, identity, fn, args,
+                                      lambda a: lambda: self.db.call(fn, a, identity.role,
+                                                                     identity.claims, asked))
+        except TooManyWaiters as exc:
+            refused = error_response(429, "PT429", str(exc),
+                                     hint=f"Try again in {exc.retry_after} seconds.")
+            refused.headers["Retry-After"] = str(exc.retry_after)
+            return refused
         except ApiError as exc:
             return api_error_response(exc)
         except DatabaseError as exc:
@@ -198,10 +206,18 @@ class Gateway:
         row_plan = rows.plan(fn, self.columns[fn.name], args, grammar,
                              "GET" if request.method in READS else request.method,
                              request.headers)
-        page = await self._wait(fn, args, request.headers.get("prefer", ""),
-                                lambda: self.db.read_rows(row_plan.query, identity.role,
-                                                          identity.claims, row_plan.check))
-        return rows.respond(row_plan, page, lambda v: json.dumps(v, default=_json_default))
+        method = "GET" if request.method in READS else request.method
+
+        def fetch_with(a: dict[str, Any]) -> Callable[[], row_query.RowPage]:
+            plan = row_plan if a is args else rows.plan(fn, self.columns[fn.name], a, grammar,
+                                                        method, request.headers)
+            return lambda: self.db.read_rows(plan.query, identity.role, identity.claims,
+                                             plan.check, rows.encoder(plan, _dumps),
+                                             # one object is all or nothing
+                                             None if plan.representation == rows.OBJECT
+                                             else self.response_budget)
+        page = await self._wait(request, identity, fn, args, fetch_with)
+        return rows.respond(row_plan, page)
 
     async def _arguments(self, request: Request, columns: tuple[str, ...] | None
                          ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
@@ -234,29 +250,38 @@ class Gateway:
             raise ValueError("the body must be a JSON object of named arguments")
         return args
 
-    async def _wait(self, fn: RpcFunction, args: dict[str, Any], prefer: str,
-                    fetch: Callable[[], T]) -> T:
-        """``fetch()``'s answer; for a long-polled function with `Prefer: wait=N`,
-        the first non-empty one within N seconds."""
-        wait = _PREFER_WAIT.search(prefer)
+    async def _wait(self, request: Request, identity: Identity, fn: RpcFunction,
+                    args: dict[str, Any], fetch_with: Callable[[dict[str, Any]], Callable[[], T]]
+                    ) -> T:
+        """``fetch_with(args)()``'s answer; for a long-polled function with
+        `Prefer: wait=N`, the first non-empty one within N seconds (live.py)."""
+        wait = _PREFER_WAIT.search(request.headers.get("prefer", ""))
         session_id = _canonical_uuid(args.get("p_session_id"))
         if fn.name not in LONG_POLL or not wait or not session_id:
-            return await run_in_threadpool(fetch)
-        # Subscribe before reading, so a change between the read and the
-        # wait still wakes us.
-        deadline = time.monotonic() + min(int(wait.group(1)), MAX_WAIT_S)
-        changed = self.feed.subscribe(session_id)
-        try:
-            while True:
-                changed.clear()
-                result = await run_in_threadpool(fetch)
-                remaining = deadline - time.monotonic()
-                if result or remaining <= 0:
-                    return result
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(changed.wait(), remaining)
-        finally:
-            self.feed.unsubscribe(session_id, changed)
+            return await run_in_threadpool(fetch_with(args))
+        user = str((identity.claims or {}).get("sub", ""))
+        key = (fn.name, identity.role, user, request.method,
+               json.dumps(args, sort_keys=True, default=str),
+               tuple(request.query_params.multi_items()),
+               *(request.headers.get(h) for h in ("accept", "range", "prefer")))
+        cursor_fn = self.catalog["session_cursor"]
+
+        def cursor() -> int:
+            return int(self.db.call(cursor_fn, {"p_session_id": session_id}, identity.role,
+                                    identity.claims) or 0)
+        return await self.live.wait(session_id, user, key, min(int(wait.group(1)), MAX_WAIT_S),
+                                    args, fetch_with, cursor, lambda: _disconnected(request))
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _dumps(value: Any) -> str:
+    # Non-ASCII text as UTF-8, not \uXXXX: escapes only where JSON needs them.
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
 
 
 def _nesting(body: bytes) -> int:
@@ -293,8 +318,11 @@ def _client_address(request: Request) -> str:
 
 
 def create_app(settings: Settings, dsn: str) -> Starlette:
-    gateway = Gateway(GatewayDatabase(dsn), ChangeFeed(dsn),
-                      AddressThrottle(settings.login_attempts_per_minute))
+    feed = ChangeFeed(dsn)
+    gateway = Gateway(GatewayDatabase(dsn), feed,
+                      AddressThrottle(settings.login_attempts_per_minute),
+                      LongPolls(feed, settings.long_polls, settings.long_polls_per_user),
+                      settings.response_budget_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -51,16 +51,28 @@ def plan(fn: RpcFunction, columns: tuple[str, ...], args: dict[str, Any],
     return RowPlan(query, tuple(key for key, _column in grammar.select.fields), representation)
 
 
-def respond(row_plan: RowPlan, page: RowPage, dump: Callable[[Any], str]) -> Response:
+def encoder(row_plan: RowPlan, dump: Callable[[Any], str]) -> Callable[[Any], bytes]:
+    """One row as it goes into the answer: a JSON object (``dump``) keyed as
+    the request named the columns, or a CSV line; UTF-8."""
+    if row_plan.representation == CSV:
+        return lambda line: str(line).encode()
+    keys = row_plan.keys
+
+    def encode(row: dict[str, Any]) -> bytes:
+        return dump(dict(zip(keys, (row[f"c{i}"] for i in range(len(keys)))))).encode()
+    return encode
+
+
+def respond(row_plan: RowPlan, page: RowPage) -> Response:
+    """The answer to a page of encoded rows (encoder). A page cut short by
+    the byte budget is 206, and its Content-Range says where to continue."""
     offset = row_plan.query.offset
     headers = {"Content-Range": ranges.content_range(offset, len(page), page.total)}
-    status = ranges.status(offset, len(page), page.total)
+    status = 206 if page.cut else ranges.status(offset, len(page), page.total)
     if row_plan.representation == CSV:
-        body = "\n".join([",".join(row_plan.keys), *page.rows])
+        body = b"\n".join([",".join(row_plan.keys).encode(), *page.rows])
         return Response(body, status, headers, media_type=f"{CSV}; charset=utf-8")
-    objects = [dict(zip(row_plan.keys, (row[f"c{i}"] for i in range(len(row_plan.keys)))))
-               for row in page.rows]
     if row_plan.representation == OBJECT:
-        return Response(dump(objects[0]), status, headers,
-                        media_type=f"{OBJECT}; charset=utf-8")
-    return Response(dump(objects), status, headers, media_type="application/json; charset=utf-8")
+        return Response(page.rows[0], status, headers, media_type=f"{OBJECT}; charset=utf-8")
+    return Response(b"[" + b",".join(page.rows) + b"]", status, headers,
+                    media_type="application/json; charset=utf-8")

@@ -78,6 +78,7 @@ class CommandLife:
                  remove: Callable[[str], None]) -> None:
         self._flush_s = settings.output_flush_interval_s
         self._worker_id = settings.effective_worker_id()
+        self._notify_s = settings.output_notify_interval_s
         self._host_id = settings.host_id
         self._sandbox = sandbox
         self._signer = signer
@@ -99,8 +100,9 @@ class CommandLife:
         default_image = self._images.current  # a promotion meanwhile applies to the next command
         image = self._images.for_command(cmd, default_image)
         save_output = metrics.counting_output(
-            lambda seq, data: db.append_output(cmd, self._worker_id, seq, data))
-        writer = OutputWriter(save_output, self._flush_s)
+            lambda seq, data, notify: db.append_output(cmd, self._worker_id, seq, data, notify))
+        writer = OutputWriter(save_output, self._flush_s,
+                              lambda: db.announce_output(cmd, self._worker_id), self._notify_s)
         progress = _Progress(db, self._worker_id, run, image, default_image, writer)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self._worker_id, command=cmd.command, cwd=cmd.cwd,

@@ -1,13 +1,19 @@
 """Streams a command's output into the database while it runs: pieces are
 batched and flushed every few tens of milliseconds, each batch an output
 chunk with the next sequence number (so a retry never duplicates one).
-The writer also hashes exactly the text it stored, for the result record."""
+The writer also hashes exactly the text it stored, for the result record.
+
+Listeners (the gateway's change feed) are woken at most once per notify
+interval, not once per flush: a chunk stored within the interval of the last
+notification is stored quietly, and the writer announces it when the
+interval has passed, even if no more output comes (DESIGN.md §12)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from executor.errors import PgShellError
@@ -16,9 +22,17 @@ log = logging.getLogger(__name__)
 
 
 class OutputWriter:
-    def __init__(self, flush: Callable[[int, str], None], interval_s: float) -> None:
+    def __init__(self, flush: Callable[[int, str, bool], None], interval_s: float,
+                 announce: Callable[[], None] | None = None,
+                 notify_interval_s: float = 0.0) -> None:
+        """``flush(seq, text, notify)`` stores a chunk (waking listeners if
+        ``notify``); ``announce()`` wakes them for chunks stored quietly."""
         self._flush = flush
         self._interval_s = interval_s
+        self._announce = announce
+        self._notify_interval_s = notify_interval_s if announce is not None else 0.0
+        self._notified_at = float("-inf")
+        self._unannounced = False
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._seq = 0
@@ -41,9 +55,23 @@ class OutputWriter:
             # NUL is valid output but cannot be stored in a PostgreSQL text
             # value; replaced here, where it is hashed, so the two agree.
             data = data.replace("\x00", "\ufffd")
-            self._flush(self._seq, data)
+            notify = self._due()
+            self._flush(self._seq, data, notify)
             self._sha256.update(data.encode("utf-8"))
             self._seq += 1
+            self._noted(notify)
+        elif self._unannounced and self._due():
+            assert self._announce is not None
+            self._announce()
+            self._noted(True)
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._notified_at >= self._notify_interval_s
+
+    def _noted(self, notified: bool) -> None:
+        if notified:
+            self._notified_at = time.monotonic()
+        self._unannounced = not notified
 
     @property
     def output_sha256(self) -> str:
@@ -59,7 +87,9 @@ class OutputWriter:
                 return
 
     def close(self) -> None:
-        """Stops the flusher and writes what is left."""
+        """Stops the flusher and writes what is left, announced (capturing
+        the files may hold the completion back)."""
         self._closed.set()
         self._thread.join()
+        self._notify_interval_s = 0.0
         self._drain()

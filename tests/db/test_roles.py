@@ -28,7 +28,7 @@ TENANT_FUNCTIONS = (
     "create_session", "list_sessions", "submit_command", "latest_output", "latest_output_html",
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html",
     "cancel_command", "fork_session", "replay_session", "replay_comparison", "output_timeline",
-    "session_files", "read_file", "command_changes", "upload_file",
+    "session_files", "read_file", "command_changes", "upload_file", "read_output",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -122,6 +122,7 @@ def api_call(name: str, session: str, command: int,
                            (session, command if start_id is None else start_id)),
         "replay_comparison": ("SELECT * FROM shell_api.replay_comparison(%s)", (session,)),
         "output_timeline": ("SELECT * FROM shell_api.output_timeline(%s)", (command,)),
+        "read_output": ("SELECT * FROM shell_api.read_output(%s)", (command,)),
         "session_files": ("SELECT * FROM shell_api.session_files(%s)", (session,)),
         "read_file": ("SELECT shell_api.read_file(%s, 'f')", (session,)),
         "command_changes": ("SELECT * FROM shell_api.command_changes(%s)", (command,)),
@@ -188,9 +189,9 @@ def test_a_login_token_gives_its_claims_the_tenant_identity(db, world):
 
 
 def test_login_with_a_wrong_password_or_unknown_user_fails_identically(db, world):
-    anon = connect_as(db, "shell_anon")
     # A failure is answered, not raised (raising would roll back the failure
     # count that throttles guessing): PostgREST's error body, status 403.
+    anon = connect_as(db, "shell_anon")
     wrong = one(anon, "SELECT shell_api.login('alice', 'wrong password')")
     unknown = one(anon, "SELECT shell_api.login('nobody', %s)", (PASSWORD,))
     null_password = one(anon, "SELECT shell_api.login('alice', NULL)")
@@ -255,7 +256,7 @@ def test_owner_latest_output_and_session_changes_show_their_commands(db, world):
         assert f'id="cmd-{world.done}" data-id="{world.done}" data-status="done"' in html, fn
         pending = world.pending
         assert f'id="cmd-{pending}" data-id="{pending}" data-status="pending"' in html, fn
-        assert '<pre class="out">hi\n</pre>' in html, fn
+        assert '<pre class="out" data-from="0" data-end="3" data-bytes="3">hi\n</pre>' in html, fn
 
 
 def test_owner_submit_command_html_returns_the_pending_fragment(db, world):
@@ -290,7 +291,8 @@ def test_owner_cancel_fork_and_replay_work(db, world):
 
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
                 "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
-                "fork_session", "replay_session", "replay_comparison", "output_timeline")
+                "fork_session", "replay_session", "replay_comparison", "output_timeline",
+                "read_output")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
@@ -303,7 +305,7 @@ def test_another_tenants_ids_look_exactly_like_nonexistent_ones(db, world, name)
     # A nonexistent session (replay: and command) must give the same answer.
     missing = error_of(mallory, *api_call(name, str(uuid.uuid4()), missing_command))
     assert row_counts(db) == before
-    by_command = ("cancel_command", "fork_session", "output_timeline")
+    by_command = ("cancel_command", "fork_session", "output_timeline", "read_output")
     expected = "command not found" if name in by_command else "session not found"
     for exc in (foreign, missing):
         assert exc.pgcode == "22023"
