@@ -44,9 +44,9 @@ def test_shift_enter_adds_a_line_a_paste_keeps_lines_and_enter_runs_it_as_typed(
 
     # A pasted heredoc writes a file, with stdin empty.
     term.input.click()
-    term.page.keyboard.insert_text("cat > note.txt <<'EOF'\nfirst line\nsecond line\nEOF\ncat note.txt")
-    term.expect(term.input).to_have_value(
-        "cat > note.txt <<'EOF'\nfirst line\nsecond line\nEOF\ncat note.txt")
+    heredoc_text = "cat > note.txt <<'EOF'\nfirst line\nsecond line\nEOF\ncat note.txt"
+    term.page.keyboard.insert_text(heredoc_text)
+    term.expect(term.input).to_have_value(heredoc_text)
     term.page.keyboard.press("Enter")
     heredoc = term.wait_finished(term.commands().last)
     term.expect(heredoc.locator("pre.out")).to_have_text("first line\nsecond line\n")
@@ -80,7 +80,8 @@ def test_failures_stand_out_with_the_reason_in_words_and_shell_errors_name_no_sa
         "bash: line 1: no-such-program: command not found\n")
     assert "/opt/pg-shell" not in term.scrollback.inner_text()
     # In colour: a failure's border and meta differ from a success's.
-    colours = "a => [getComputedStyle(a).borderLeftColor, getComputedStyle(a.querySelector('.meta')).color]"
+    colours = ("a => [getComputedStyle(a).borderLeftColor,"
+               " getComputedStyle(a.querySelector('.meta')).color]")
     assert ok.evaluate(colours) != cd.evaluate(colours)
     assert cd.evaluate(colours) == missing.evaluate(colours)
 

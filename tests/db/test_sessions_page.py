@@ -135,18 +135,19 @@ def test_outcomes_read_in_plain_words_with_a_colour_class(db):
     run(db, ok)
     run(db, missing, exit_code=127)
     assert 'data-outcome="ok"' in fragment(alice.conn, ok)
-    assert fragment(alice.conn, ok).endswith('<div class="meta">done · exit 0 · 12 ms</div></article>')
+    assert fragment(alice.conn, ok).endswith(
+        '<div class="meta">done · exit 0 · 12 ms</div></article>')
     failed = fragment(alice.conn, missing)
     assert 'data-outcome="failed"' in failed
     assert '<div class="meta">exit 127: command not found · 12 ms</div>' in failed
-    assert 'data-replay="%s"' % missing in failed and 'data-fork="%s"' % missing in failed
+    assert f'data-replay="{missing}"' in failed and f'data-fork="{missing}"' in failed
 
     timed_out = alice.submit(session, "sleep 99")
     attempt = claim(db, timed_out)
     start(db, timed_out, attempt)
     running = fragment(alice.conn, timed_out)
     assert 'data-outcome="running"' in running and 'data-limit="30"' in running
-    assert 'data-started="' in running and 'data-cancel="%s"' % timed_out in running
+    assert 'data-started="' in running and f'data-cancel="{timed_out}"' in running
     record = {"status": "failed", "exit_code": 124, "reason": "timeout", "duration_ms": 30000}
     call(executor(db), "SELECT shell.complete_command(%s, %s, %s, %s)",
          (timed_out, WORKER, attempt, json.dumps(record)))
