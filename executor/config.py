@@ -120,6 +120,14 @@ class Settings(BaseSettings):
     affinity_grace_ms: int = Field(
         default=50, ge=0, le=10000,
         description="how long other hosts leave a session whose files this host holds")
+    warm_max: int | None = Field(
+        default=None, ge=0, le=4096,
+        description="warm containers (started ahead for recently active sessions, each used "
+                    "once) this executor holds at most; default 2 x concurrency, 0 turns them off")
+    warm_idle_s: float = Field(
+        default=60, gt=0, le=3600,
+        description="how long a warm container waits for its session's next command before "
+                    "it is removed")
     poll_interval_s: float = Field(default=1.0, gt=0, le=60,
                                    description="fallback poll when no NOTIFY arrives")
     lease_s: int = Field(default=30, ge=5, le=3600, description="lease on a claimed command")
@@ -217,6 +225,9 @@ class Settings(BaseSettings):
             raise ConfigError("DATABASE_URL is not set: give the PostgreSQL connection string, "
                               "e.g. DATABASE_URL=postgresql://user@host:5432/dbname")
         return self.database_url
+
+    def effective_warm_max(self) -> int:
+        return 2 * self.concurrency if self.warm_max is None else self.warm_max
 
     def effective_worker_id(self) -> str:
         """The stable id if configured, else a fresh one for this process."""

@@ -54,6 +54,19 @@ TENANT_RUN_SECONDS = Counter(
     "pg_shell_tenant_run_seconds", "Seconds commands ran in containers, by user id", ["user_id"],
     registry=EXECUTOR)
 
+WARM_CONTAINERS = Gauge(
+    "pg_shell_warm_containers", "Warm containers this executor holds now (started, waiting)",
+    registry=EXECUTOR)
+WARM_HITS = Counter(
+    "pg_shell_warm_hits", "Commands handed to a warm container", registry=EXECUTOR)
+WARM_MISSES = Counter(
+    "pg_shell_warm_misses", "Commands that started a container of their own, by why: none "
+    "(no warm one held), image (held for another image), dead (it had stopped)", ["reason"],
+    registry=EXECUTOR)
+WARM_WASTED = Counter(
+    "pg_shell_warm_wasted", "Warm containers removed unused, by why: idle, promotion, image, "
+    "dead, shutdown", ["reason"], registry=EXECUTOR)
+
 # -- the gateway -------------------------------------------------------------------
 
 GATEWAY_REQUESTS = Counter(

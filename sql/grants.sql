@@ -88,6 +88,7 @@ GRANT EXECUTE ON FUNCTION
     shell.complete_command(bigint, text, integer, text, text, text),
     shell.chain_position(bigint, text, integer),
     shell.register_signing_key(text, text),
+    shell.adopt_session(uuid, text),
     shell.expire_leases(),
     shell.settle_worker(text, bigint[]),
     shell.live_commands(bigint[]),

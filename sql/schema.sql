@@ -67,6 +67,22 @@ CREATE DOMAIN shell_api."application/octet-stream" AS bytea;
 
 CREATE DOMAIN shell_api."text/html" AS text;
 
+CREATE FUNCTION shell.adopt_session(p_session_id uuid, p_host text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $_$
+BEGIN
+    IF p_host IS NULL OR p_host !~ '^[A-Za-z0-9_.:@-]{1,200}$' THEN
+        RAISE EXCEPTION 'invalid host %', left(p_host, 200) USING ERRCODE = '22023';
+    END IF;
+    UPDATE shell.lanes l SET cached_on = p_host
+    FROM shell.sessions s
+    WHERE l.session_id = p_session_id AND s.id = l.session_id AND l.cached_on IS NULL
+      AND l.active_command_id IS NULL AND (s.root IS NULL OR s.root = shell.empty_tree());
+    RETURN FOUND;
+END
+$_$;
+
 CREATE FUNCTION shell.announce_output(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -80,6 +96,16 @@ BEGIN
         PERFORM shell.lease_lost(p_command_id, p_worker_id, p_attempt, held);
     END IF;
     PERFORM pg_notify('shell_changes', held.session_id::text);
+END
+$$;
+
+CREATE FUNCTION shell.announce_session() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM pg_notify('shell_sessions', NEW.session_id::text);
+    RETURN NULL;
 END
 $$;
 
@@ -2621,6 +2647,8 @@ CREATE INDEX sessions_user_id ON shell.sessions USING btree (user_id, created_at
 CREATE INDEX sessions_user_live ON shell.sessions USING btree (user_id) WHERE (archived_at IS NULL);
 
 CREATE INDEX tree_entries_object ON shell.tree_entries USING btree (object) WHERE (object IS NOT NULL);
+
+CREATE TRIGGER lanes_announce AFTER INSERT ON shell.lanes FOR EACH ROW EXECUTE FUNCTION shell.announce_session();
 
 CREATE TRIGGER lanes_notify_change AFTER UPDATE OF change_seq ON shell.lanes FOR EACH ROW WHEN ((new.change_seq IS DISTINCT FROM old.change_seq)) EXECUTE FUNCTION shell.notify_change();
 

@@ -108,7 +108,7 @@ def make_daemon(executor_env: dict[str, str], tmp_path: Path,
     yield make
     for daemon in daemons:
         daemon.stop()
-    for worker_id in {d.env["PG_SHELL_WORKER_ID"] for d in daemons}:
+    for worker_id in {d.env.get("PG_SHELL_WORKER_ID") for d in daemons} - {None}:
         # Sparse and filtered by the engine: inspecting every container on a
         # shared engine fails when another run removes one meanwhile.
         for container in docker_client.containers.list(

@@ -7,46 +7,20 @@ import argparse
 import contextlib
 import getpass
 import json
-import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TextIO
 
 from executor.api_client import ApiClient
 from executor.cli import Commands
 from executor.cli.replay import INTERRUPTED, LONG_POLL_S, TERMINAL, replay_and_compare
+from executor.cli.token import load_token, save_token, token_path
 from executor.config import Settings
 from executor.errors import ApiError, PgShellError
 
 
 class NotLoggedIn(PgShellError):
     """No token: run `pg-shell login` or set PG_SHELL_TOKEN."""
-
-
-def token_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "pg-shell" / "token"
-
-
-def save_token(token: str) -> Path:
-    path = token_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # Created 0600 from the start, and tightened if it already existed.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(token + "\n")
-    return path
-
-
-def load_token(settings: Settings) -> str | None:
-    if settings.token:
-        return settings.token
-    try:
-        return token_path().read_text().strip() or None
-    except FileNotFoundError:
-        return None
 
 
 @contextlib.contextmanager
@@ -102,6 +76,12 @@ def _session_option(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: Commands) -> None:
+    _register_account(commands)
+    _register_commands(commands)
+
+
+def _register_account(commands: Commands) -> None:
+    """Logging in, and the sessions."""
     login = add_command(commands, "login", "log in and save the token",
                         "Log in to the pg_shell API at PG_SHELL_URL and save the token in "
                         "$XDG_CONFIG_HOME/pg-shell/token (mode 0600) for the other commands. The "
@@ -128,6 +108,9 @@ def register(commands: Commands) -> None:
     new.add_argument("name", nargs="?", metavar="NAME", help="a name to recognise it by")
     new.set_defaults(handler=cmd_new)
 
+
+def _register_commands(commands: Commands) -> None:
+    """Running commands, and what became of them."""
     run = add_command(commands, "run", "run a command and stream its output",
                       "Run COMMAND in a session and print its output as it arrives; exit with the "
                       "command's exit code. A command that fails (timeout, out of memory) or is "
@@ -158,7 +141,11 @@ def register(commands: Commands) -> None:
                          "  pg-shell cancel 42")
     cancel.add_argument("command_id", type=int, metavar="COMMAND_ID", help="the command's id")
     cancel.set_defaults(handler=cmd_cancel)
+    _register_lineage(commands)
 
+
+def _register_lineage(commands: Commands) -> None:
+    """A session's history, and sessions that start from it (forks, replays)."""
     fork = add_command(commands, "fork", "start a new session from after a command",
                        "Create a session whose cwd and environment are those right after "
                        "COMMAND_ID ran; print its id.",

@@ -89,6 +89,11 @@ class ExecutorDatabase(Database):
 
         self.transact(work)
 
+    def adopt_session(self, session_id: str, host: str) -> bool:
+        """Whether this host now is the one claiming prefers for a new session."""
+        rows = self.call("SELECT shell.adopt_session(%s, %s) AS adopted", (session_id, host))
+        return bool(rows[0]["adopted"])
+
     def register_key(self, public_key_hex: str, worker_id: str) -> str:
         rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id",
                          (public_key_hex, worker_id))
@@ -124,7 +129,7 @@ class Listener:
     """LISTEN on the executor's channels; NOTIFY is only a hint, so callers
     also poll."""
 
-    CHANNELS = ("shell_commands", "shell_cancel")
+    CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions")
 
     def __init__(self, db: ExecutorDatabase) -> None:
         self._db = db

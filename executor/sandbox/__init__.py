@@ -6,6 +6,7 @@ The only package that imports docker; everything it raises is a
 
 from __future__ import annotations
 
+from .containers import Started
 from .errors import (
     ContainerFailed,
     EngineUnavailable,
@@ -36,6 +37,7 @@ __all__ = [
     "RunResult",
     "Sandbox",
     "SandboxError",
+    "Started",
     "VolumeError",
     "repository_of",
     "sandbox_from",

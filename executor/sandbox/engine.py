@@ -4,6 +4,9 @@ maps PostgreSQL's)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import docker
 import docker.errors
 import requests.exceptions
@@ -31,3 +34,16 @@ def engine_error(exc: Exception, what: str, container_id: str | None = None) -> 
     if isinstance(exc, docker.errors.APIError) and exc.status_code is not None:
         return ContainerFailed(f"{what}: {exc}", container_id=container_id)
     return EngineUnavailable(f"{what}: {exc}", container_id=container_id)
+
+
+@contextlib.contextmanager
+def engine_errors(what: str, *, refused: type[SandboxError] = ContainerFailed) -> Iterator[None]:
+    """Engine calls inside raise our exceptions: ``refused`` when the engine
+    answered with an error, EngineUnavailable when it did not answer."""
+    try:
+        yield
+    except ENGINE_ERRORS as exc:
+        mapped = engine_error(exc, what)
+        if isinstance(mapped, ContainerFailed):
+            mapped = refused(f"{what}: {exc}")
+        raise mapped from exc

@@ -45,7 +45,6 @@ class RunResult:
     env: dict[str, str] = field(hash=False)  # validated new env, or the request's
     state_note: str | None  # why the reported state was rejected (None: accepted)
     container_id: str
-    image_digest: str
     # The home's entries after the command ([path, kind, mode, size, inode,
     # ctime_ns, target], tenant data), or None when the files could not be
     # captured (timeout, cancel, a scan that did not finish).

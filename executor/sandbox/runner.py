@@ -1,11 +1,11 @@
-"""Run one command in a fresh, locked-down container.
+"""Run one command in a locked-down container that runs nothing else.
 
-Lifecycle: volume → create (stdin open) → attach → start → on_started →
+Lifecycle: volume → create (stdin open) → attach → start (containers.py),
+either now or ahead of time (a warm container) → on_created → on_started →
 send the command to the supervisor (protocol.py) → stream its frames while
 watching the deadline (watch.py) → collect exit status / OOM / state report /
-file manifest. Removal is the caller's job
-(``remove_container``), after the result is recorded, so it stays off the
-critical path.
+file manifest. Removal is the caller's job (``remove_container``), after the
+result is recorded, so it stays off the critical path.
 """
 
 from __future__ import annotations
@@ -18,25 +18,21 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import docker.errors
 from docker.utils.socket import frames_iter
 
+from .containers import Containers, Started
 from .engine import ENGINE_ERRORS, connect, engine_error
+from .errors import SandboxError
 from .model import Limits, RunRequest, RunResult
 from .output import OutputCapper
 from .protocol import Conversation, FileReceiver, json_frame
-from .spec import (
-    LABEL_COMMAND,
-    LABEL_SCOPE,
-    LABEL_WORKER,
-    command_labels,
-    container_args,
-    host_config_args,
-    session_env,
-)
+from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, session_env, warm_labels
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 from .watch import Frames, Watch, pump
+
+if TYPE_CHECKING:
+    pass
 
 if TYPE_CHECKING:
     from executor.config import Settings
@@ -77,6 +73,8 @@ class Sandbox:
             self.volumes = LoopVolumes(self._client, limits.disk_quota_bytes, volume_dir)
         else:
             self.volumes = PlainVolumes(self._client, volume_dir)
+        self.containers = Containers(self._client, limits, shell_root,
+                                     self.volumes.seed_from_image, scope)
 
     # -- engine facts --------------------------------------------------------
 
@@ -99,6 +97,30 @@ class Sandbox:
         except ENGINE_ERRORS as exc:
             raise engine_error(exc, f"inspect image {image}") from exc
 
+    # -- warm containers --------------------------------------------------------
+
+    def warm(self, session_id: str, worker_id: str, image: str) -> Started:
+        """A session's next container, started before its command exists:
+        home mounted, hardening and limits as for any command, the
+        supervisor waiting on stdin. Used by at most one ``run``."""
+        volume = self.volumes.volume_for(session_id)
+        return self.containers.start(image, warm_labels(session_id, worker_id, self.scope),
+                                     volume, session_id)
+
+    def usable(self, warm: Started) -> bool:
+        """Whether a warm container still waits (not killed, its engine not
+        restarted): only then may a command be handed to it."""
+        return warm.raw.fileno() != -1 and self.containers.running(warm.container_id)
+
+    def discard(self, warm: Started) -> None:
+        """Removes a warm container that will not be used."""
+        warm.close()
+        try:
+            self.containers.remove(warm.container_id)
+        except SandboxError as exc:
+            log.warning("warm container %s not removed (the reaper will): %s",
+                        warm.container_id[:12], exc)
+
     # -- one command -----------------------------------------------------------
 
     def run(
@@ -109,35 +131,38 @@ class Sandbox:
         cancel: threading.Event,
         on_created: OnStarted = lambda _container_id: None,
         files: FileReceiver | None = None,
+        warm: Started | None = None,
     ) -> RunResult:
-        """``on_created`` runs after the container exists and before it
-        starts (the caller records that it may run); ``on_started`` once it
-        runs, before the command is sent. With ``files``, the supervisor
-        reports the home's manifest after the command and sends the files
-        ``files.wanted`` asks for."""
-        volume = self.volumes.volume_for(req.session_id)
-        container_id = self._create(req.image, command_labels(req, self.scope), volume)
-        try:
-            on_created(container_id)
-        except BaseException:
-            self.remove_container(container_id)
-            raise
-        sock, raw = self._attach_and_start(container_id)
-        started = time.monotonic()
+        """``on_created`` runs after the container exists and before the
+        command can run in it (the caller records that it may run);
+        ``on_started`` once it runs, before the command is sent. ``warm``: a
+        container of ``warm()`` for this session, used instead of a new one.
+        With ``files``, the supervisor reports the home's manifest after the
+        command and sends the files ``files.wanted`` asks for."""
+        if warm is None:
+            volume = self.volumes.volume_for(req.session_id)
+            started = self.containers.start(req.image, command_labels(req, self.scope), volume,
+                                            req.session_id, on_created)
+        else:
+            started = warm
+            try:
+                on_created(started.container_id)
+            except BaseException:
+                self.discard(started)
+                raise
         request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
                                     "env": session_env(req.env), "capture": files is not None})
         try:
-            on_started(container_id)
+            on_started(started.container_id)
             conversation = Conversation(OutputCapper(self.limits.output_cap_bytes), files)
-            watch = self._supervise(req, container_id, sock, raw, request, started, on_output,
-                                    cancel, conversation)
-            return self._result(req, container_id, conversation, watch)
+            watch = self._supervise(req, started, request, on_output, cancel, conversation)
+            return self._result(req, started.container_id, conversation, watch)
         except BaseException:
             # A callback or engine failure: never leave the command running.
-            self._kill(container_id)
+            self.containers.kill(started.container_id)
             raise
         finally:
-            _close(raw)
+            started.close()
 
     def restore(self, req: RunRequest, header: dict[str, Any],
                 tar: Iterable[bytes]) -> Conversation:
@@ -147,10 +172,10 @@ class Sandbox:
         write. Returns the conversation, with the manifest of the result."""
         session_id = req.session_id
         volume = self.volumes.volume_for(session_id)
-        container_id = self._create(req.image, command_labels(req, self.scope), volume,
-                                    command=["restore"])
+        started = self.containers.start(req.image, command_labels(req, self.scope), volume,
+                                        session_id, command=["restore"])
+        raw = started.raw
         try:
-            sock, raw = self._attach_and_start(container_id)
             raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error
             conversation = Conversation(OutputCapper(self.limits.output_cap_bytes))
 
@@ -165,63 +190,23 @@ class Sandbox:
 
             threading.Thread(target=send, name=f"restore-{session_id}", daemon=True).start()
             try:
-                for stream, data in frames_iter(sock, tty=False):
+                for stream, data in frames_iter(started.sock, tty=False):
                     if stream == 1:
                         conversation.feed(data)
             except OSError:
                 pass
             finally:
-                _close(raw)
-            self._api.wait(container_id, timeout=RESTORE_TIMEOUT_S)
+                started.close()
+            self.containers.wait(started.container_id, timeout=RESTORE_TIMEOUT_S)
             return conversation
         except ENGINE_ERRORS as exc:
-            raise engine_error(exc, f"restore session {session_id}", container_id) from exc
+            raise engine_error(exc, f"restore session {session_id}", started.container_id) from exc
         finally:
-            self.remove_container(container_id)
+            self.remove_container(started.container_id)
 
-    def _attach_and_start(self, container_id: str) -> tuple[Any, socket.socket]:
-        raw: socket.socket | None = None
-        try:
-            sock = self._api.attach_socket(
-                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            raw = sock._sock  # the SocketIO's socket: needed for sendall/shutdown
-            raw.settimeout(None)  # a quiet command must not time out the read
-            self._api.start(container_id)
-            return sock, raw
-        except ENGINE_ERRORS as exc:
-            if raw is not None:
-                raw.close()
-            # Never started (or we cannot tell): do not leak it.
-            self.remove_container(container_id)
-            raise engine_error(exc, "start container", container_id) from exc
-
-    def _create(self, image: str, labels: dict[str, str], volume: str,
-                command: list[str] | None = None) -> str:
-        try:
-            created = self._api.create_container(
-                host_config=self._api.create_host_config(
-                    **host_config_args(self.limits, self.shell_root, volume,
-                                       seed_from_image=self.volumes.seed_from_image)
-                ),
-                **container_args(image, labels, self.shell_root, command),
-            )
-        except ENGINE_ERRORS as exc:
-            raise engine_error(exc, f"create container for {labels.get(LABEL_COMMAND)}") from exc
-        return str(created["Id"])
-
-    def _supervise(
-        self,
-        req: RunRequest,
-        container_id: str,
-        sock: Any,
-        raw: socket.socket,
-        request: bytes,
-        started: float,
-        on_output: OnOutput,
-        cancel: threading.Event,
-        conversation: Conversation,
-    ) -> Watch:
+    def _supervise(self, req: RunRequest, started: Started, request: bytes,
+                   on_output: OnOutput, cancel: threading.Event,
+                   conversation: Conversation) -> Watch:
         # Threads do the blocking parts (stdin, the frame stream, waiting for
         # exit); this thread only reacts, so a cancel or the deadline is
         # noticed within POLL_S even when the command is silent. on_output
@@ -231,30 +216,35 @@ class Sandbox:
         exited = threading.Event()
         stop = threading.Event()  # we gave up: helper threads must not block forever
         exit_status: dict[str, Any] = {}
+        container_id = started.container_id
 
         def send(data: bytes) -> None:
             try:
-                raw.sendall(data)
+                started.raw.sendall(data)
             except OSError:
                 pass  # the container died first; its exit status says why
 
         def wait_exit() -> None:
             try:
-                exit_status.update(self._api.wait(container_id, timeout=None))
+                exit_status.update(self.containers.wait(container_id, timeout=None))
             except ENGINE_ERRORS as exc:
                 exit_status["error"] = exc
             finally:
                 exited.set()
 
         conversation.reply = send
-        threads = ((send, (request,)), (pump, (frames_iter(sock, tty=False), frames, stop)),
+        # The time limit runs from the hand-over: a warm container may have
+        # waited long before its command came.
+        handed_over = time.monotonic()
+        threads = ((send, (request,)), (pump, (frames_iter(started.sock, tty=False), frames, stop)),
                    (wait_exit, ()))
         for target, args in threads:
             threading.Thread(target=target, args=args,
                              name=f"sandbox-{target.__name__}-{req.command_id}",
                              daemon=True).start()
         try:
-            watch = Watch(self._kill, self.limits.timeout_s, req, container_id, started, cancel)
+            watch = Watch(self.containers.kill, self.limits.timeout_s, req, container_id,
+                          handed_over, cancel)
             watch.collect(conversation, on_output, frames, exited)
             if "error" in exit_status:
                 exc = exit_status["error"]
@@ -274,7 +264,7 @@ class Sandbox:
         # away), and only then is the container inspected: it costs a round
         # trip on the critical path.
         killed = (exit_code >= 128 or exit_code < 0) and reason is None
-        info = self._inspect(container_id) if killed or not req.image.startswith("sha256:") else {}
+        info = self.containers.inspect(container_id) if killed else {}
         if reason == "timeout":
             exit_code = EXIT_TIMEOUT
         elif reason == "cancelled":
@@ -314,68 +304,30 @@ class Sandbox:
             env=state.env,
             state_note=state_note,
             container_id=container_id,
-            image_digest=str(info.get("Image") or req.image),
             manifest=conversation.manifest if captured else None,
             skipped=conversation.skipped,
         )
-
-    def _inspect(self, container_id: str) -> dict[str, Any]:
-        try:
-            return dict(self._api.inspect_container(container_id))
-        except ENGINE_ERRORS as exc:
-            raise engine_error(exc, "inspect container", container_id) from exc
-
-    def _kill(self, container_id: str) -> None:
-        try:
-            self._api.kill(container_id)
-        except docker.errors.APIError as exc:
-            # 409/404: it already stopped or is gone, which is what we wanted.
-            if exc.status_code not in (404, 409):
-                log.warning("kill %s failed: %s", container_id, exc)
-        except ENGINE_ERRORS as exc:
-            log.warning("kill %s failed: %s", container_id, exc)
 
     # -- clean-up ----------------------------------------------------------------
 
     def remove_container(self, container_id: str) -> None:
         """Force-remove a command's container (never its volume)."""
-        try:
-            self._api.remove_container(container_id, force=True, v=False)
-        except docker.errors.NotFound:
-            return
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409 and "already in progress" in str(exc.explanation):
-                return  # someone else is removing it: the outcome we want
-            raise engine_error(exc, "remove container", container_id) from exc
-        except ENGINE_ERRORS as exc:
-            raise engine_error(exc, "remove container", container_id) from exc
+        self.containers.remove(container_id)
 
     def command_ids(self, worker_id: str) -> list[int]:
         """Ids of the commands whose containers (running or not) this worker left on the engine."""
-        try:
-            containers = self._api.containers(
-                all=True,
-                filters={"label": [f"{LABEL_WORKER}={worker_id}", f"{LABEL_SCOPE}={self.scope}"]}
-            )
-        except ENGINE_ERRORS as exc:
-            raise engine_error(exc, "list containers") from exc
+        containers = self.containers.listed(f"{LABEL_WORKER}={worker_id}")
         labels = ((c.get("Labels") or {}).get(LABEL_COMMAND, "") for c in containers)
         return [int(label) for label in labels if label.isdigit()]
 
     def reap(self, keep: Callable[[int], bool]) -> list[str]:
-        """Remove this scope's containers whose command id ``keep`` rejects.
+        """Remove this scope's command containers whose command id ``keep`` rejects.
 
         Labels are the only link between a container and its command, so a
         container without a parseable id is removed as well.
         """
-        try:
-            containers = self._api.containers(
-                all=True, filters={"label": [LABEL_COMMAND, f"{LABEL_SCOPE}={self.scope}"]}
-            )
-        except ENGINE_ERRORS as exc:
-            raise engine_error(exc, "list containers") from exc
         removed: list[str] = []
-        for c in containers:
+        for c in self.containers.listed(LABEL_COMMAND):
             label = (c.get("Labels") or {}).get(LABEL_COMMAND, "")
             try:
                 if keep(int(label)):
@@ -386,16 +338,25 @@ class Sandbox:
             removed.append(str(c["Id"]))
         return removed
 
+    def reap_warm(self, worker_id: str, keep: set[str], stale_after_s: float) -> list[str]:
+        """Remove warm containers nobody will use: this worker's that are not
+        in ``keep`` (held, or running a command), and any in this scope that
+        stopped more than ``stale_after_s`` after creation (a warm container
+        stops when the executor attached to it goes away)."""
+        stale_before = time.time() - stale_after_s
+        removed = []
+        for c in self.containers.listed(LABEL_WARM):
+            container_id = str(c["Id"])
+            mine = (c.get("Labels") or {}).get(LABEL_WORKER) == worker_id
+            stale = c.get("State") != "running" and int(c.get("Created") or 0) < stale_before
+            if (mine and container_id not in keep) or stale:
+                self.remove_container(container_id)
+                removed.append(container_id)
+        return removed
+
 
 def sandbox_from(settings: Settings) -> Sandbox:
     """The sandbox the settings describe (the executor's, and cleanup's)."""
     return Sandbox(settings.limits(), shell_root=settings.shell_root,
                    docker_host=settings.docker_host, disk_quota=settings.disk_quota,
                    volume_dir=settings.volumes_dir, scope=settings.scope)
-
-
-def _close(raw: socket.socket) -> None:
-    try:
-        raw.close()
-    except OSError:
-        pass

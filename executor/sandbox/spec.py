@@ -22,6 +22,9 @@ from .state import NAME_RE, is_reserved
 LABEL_COMMAND = "pg-shell.command-id"
 LABEL_SESSION = "pg-shell.session-id"
 LABEL_WORKER = "pg-shell.worker-id"
+# A warm container: started before its command exists (it learns the
+# command's id only over stdin, so it carries no LABEL_COMMAND).
+LABEL_WARM = "pg-shell.warm"
 # Which deployment a container belongs to. reap() only ever looks at its own
 # scope, so two deployments (or test runs) sharing one engine never remove
 # each other's containers.
@@ -95,6 +98,11 @@ def container_args(image: str, labels: dict[str, str], shell_root: str,
         "labels": labels,
         "working_dir": shell_root,
     }
+
+
+def warm_labels(session_id: str, worker_id: str, scope: str) -> dict[str, str]:
+    return {LABEL_WARM: "1", LABEL_SESSION: session_id, LABEL_WORKER: worker_id,
+            LABEL_SCOPE: scope}
 
 
 def command_labels(req: RunRequest, scope: str) -> dict[str, str]:

@@ -30,8 +30,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .engine import ENGINE_ERRORS
-from .errors import EngineUnavailable, InvalidSessionId, VolumeError
+from .engine import engine_errors
+from .errors import InvalidSessionId, VolumeError
 from .hardening import SANDBOX_GID, SANDBOX_UID
 
 VOLUME_PREFIX = "pg-shell-home-"
@@ -78,26 +78,18 @@ class PlainVolumes:
 
     def volume_for(self, session_id: str) -> str:
         name = volume_name(session_id)
-        try:
-            self._client.volumes.get(name)
-        except docker.errors.NotFound:
+        with engine_errors(f"cannot create volume {name}", refused=VolumeError):
             try:
+                self._client.volumes.get(name)
+            except docker.errors.NotFound:
                 self._client.volumes.create(name, driver="local",
                                             labels={SESSION_LABEL: session_id})
-            except docker.errors.APIError as exc:
-                raise VolumeError(f"cannot create volume {name}: {exc}") from exc
-            except ENGINE_ERRORS as exc:
-                raise EngineUnavailable(str(exc)) from exc
-        except ENGINE_ERRORS as exc:
-            raise EngineUnavailable(str(exc)) from exc
         return name
 
     def sessions(self) -> list[str]:
         """Sessions that have a volume on this engine."""
-        try:
+        with engine_errors("cannot list volumes", refused=VolumeError):
             volumes = self._client.volumes.list(filters={"label": SESSION_LABEL})
-        except ENGINE_ERRORS as exc:
-            raise EngineUnavailable(str(exc)) from exc
         names = (v.name for v in volumes)
         return [n[len(VOLUME_PREFIX):] for n in names if n.startswith(VOLUME_PREFIX)]
 
@@ -217,7 +209,7 @@ class LoopVolumes:
         return names[0] if names else None
 
     def _ensure_volume(self, name: str, session_id: str, loop: str) -> None:
-        try:
+        with engine_errors(f"cannot prepare volume {name} on {loop}", refused=VolumeError):
             try:
                 volume = self._client.volumes.get(name)
             except docker.errors.NotFound:
@@ -236,18 +228,11 @@ class LoopVolumes:
                 driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev"},
                 labels={SESSION_LABEL: session_id},
             )
-        except docker.errors.APIError as exc:
-            raise VolumeError(f"cannot prepare volume {name} on {loop}: {exc}") from exc
-        except ENGINE_ERRORS as exc:
-            raise EngineUnavailable(str(exc)) from exc
 
 
 def _remove_volume(client: docker.DockerClient, name: str) -> None:
-    try:
-        client.volumes.get(name).remove()
-    except docker.errors.NotFound:
-        return
-    except docker.errors.APIError as exc:
-        raise VolumeError(f"cannot remove volume {name}: {exc}") from exc
-    except ENGINE_ERRORS as exc:
-        raise EngineUnavailable(str(exc)) from exc
+    with engine_errors(f"cannot remove volume {name}", refused=VolumeError):
+        try:
+            client.volumes.get(name).remove()
+        except docker.errors.NotFound:
+            return

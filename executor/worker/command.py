@@ -33,6 +33,7 @@ from executor.workspace.restore import RestoreFailed
 from .outcome import SHUTDOWN, Run, outcome_of
 from .output_writer import OutputWriter
 from .promotion import ImagePromotion
+from .warm import WarmPool
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +74,18 @@ class _Progress:
 class CommandLife:
     """Runs the commands a worker holds, one call of :meth:`execute` each."""
 
-    def __init__(self, settings: Settings, sandbox: Sandbox, signer: Signer, files: HostFiles,
-                 images: ImagePromotion, stop: threading.Event,
-                 remove: Callable[[str], None]) -> None:
+    def __init__(self, settings: Settings, worker_id: str, sandbox: Sandbox, signer: Signer,
+                 files: HostFiles, images: ImagePromotion, warm: WarmPool,
+                 stop: threading.Event, remove: Callable[[str], None]) -> None:
         self._flush_s = settings.output_flush_interval_s
-        self._worker_id = settings.effective_worker_id()
         self._notify_s = settings.output_notify_interval_s
+        self._worker_id = worker_id  # the loop's: one id per process, whichever claims
         self._host_id = settings.host_id
         self._sandbox = sandbox
         self._signer = signer
         self._files = files
         self._images = images
+        self._warm = warm
         self._stop = stop
         self._remove = remove  # a finished command's container, off the critical path
 
@@ -125,12 +127,22 @@ class CommandLife:
         engine is unreachable and no container was created, waits and tries
         again (the lease is kept alive meanwhile)."""
         run = progress.run
+        # The session's warm container, if this executor holds one: only the
+        # first attempt may use it (a retry means the engine went away).
+        taken = self._warm.take(request.session_id, request.image)
+        warm = [taken] if taken is not None else []
 
         def attempt() -> tuple[Capture, RunResult]:
-            capture = self._files.prepare(store, request, run.claimed.root)
+            started = warm.pop() if warm else None
+            try:
+                capture = self._files.prepare(store, request, run.claimed.root)
+            except BaseException:
+                if started is not None:
+                    self._sandbox.discard(started)
+                raise
             return capture, self._sandbox.run(request, progress.on_started, progress.writer.write,
                                               run.cancel, on_created=progress.on_created,
-                                              files=capture)
+                                              files=capture, warm=started)
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(
@@ -143,7 +155,11 @@ class CommandLife:
                                                s.outcome.exception() if s.outcome else ""),
             reraise=True,
         )
-        return retrying(attempt)
+        try:
+            return retrying(attempt)
+        finally:
+            if taken is not None:
+                self._warm.finished(taken)
 
     def _engine_failed(self, db: ExecutorDatabase, progress: _Progress,
                        exc: SandboxError) -> None:
@@ -178,6 +194,8 @@ class CommandLife:
             env_after=result.env, root_after=files.root_after,
             host=self._host_id if files.captured is not None else None))
         self._files.committed(cmd.session_id, files)
+        if result.reason is None:  # the session is in use: its next command starts warm
+            self._warm.prepare(cmd.session_id, self._images.current)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)
         self._remove(result.container_id)

@@ -24,6 +24,7 @@ from executor.workspace.host import HostFiles
 from .command import CommandLife
 from .outcome import LEASE_LOST, SHUTDOWN, Run
 from .promotion import ImagePromotion
+from .warm import WarmPool
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -57,6 +58,8 @@ class Worker:
         self._recheck_at: float | None = None  # claim again then (claim affinity's grace)
         # Set at start-up, when the engine is asked for the image.
         self._images: ImagePromotion | None = None
+        self._warm: WarmPool
+        self._adopting: ExecutorDatabase | None = None
         self._life: CommandLife
 
     def running(self) -> int:
@@ -86,8 +89,10 @@ class Worker:
                 "Use a rootless engine (ops/rootless-docker), "
                 "or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
-        self._life = CommandLife(self.settings, self._sandbox, self._signer, self._files, images,
-                                 self._stop, self._remove_later)
+        self._warm = WarmPool(self._sandbox, self.worker_id, self.settings.effective_warm_max(),
+                              self.settings.warm_idle_s)
+        self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
+                                 self._files, images, self._warm, self._stop, self._remove_later)
         db = self._database("start-up")
         images.follow(db)
         db.register_key(self._signer.public_key_hex, self.worker_id)
@@ -100,6 +105,8 @@ class Worker:
             log.warning("settled command_id=%s of a previous run of this worker: %s",
                         row["command_id"], row["status"])
         self._reap(db)
+        for container_id in self._warm.reap():
+            log.info("removed leftover warm container_id=%s", container_id[:12])
         self._idle_dbs.put(db)
 
     # -- the main loop -------------------------------------------------------------
@@ -115,6 +122,7 @@ class Worker:
             self._claim()
             self._wait_for_work()
         self._notify("STOPPING=1")
+        self._warm.close()
         self._drain()
         self._maintenance_done.set()
         maintenance.join()
@@ -155,6 +163,8 @@ class Worker:
         for channel, payload in self._listener.wait(timeout, self._wake_r):
             if channel == "shell_cancel" and payload.isdigit():
                 self._cancel(int(payload), "cancelled")
+            elif channel == "shell_sessions" and self._images is not None:
+                self._warm.adopt(payload, self._images.current, self._adopt)
             elif channel == "shell_commands" and self.settings.affinity_grace_ms:
                 # A command another host may be preferred for: if that host
                 # does not take it, take it once its grace has passed.
@@ -163,6 +173,12 @@ class Worker:
             os.read(self._wake_r, 4096)
         except BlockingIOError:
             pass
+
+    def _adopt(self, session_id: str) -> bool:
+        """Called from the warm pool's one thread only, on its own connection."""
+        if self._adopting is None:
+            self._adopting = self._database("warm", persistent=False)
+        return self._adopting.adopt_session(session_id, self.settings.host_id)
 
     def _cancel(self, command_id: int, reason: str) -> None:
         with self._runs_lock:
@@ -215,6 +231,8 @@ class Worker:
                 self._heartbeat(db)
                 if self._images is not None:
                     self._images.follow(db)
+                    self._warm.keep_only(self._images.current)
+                    self._warm.expire()
                 now = time.monotonic()
                 if now - last_expiry >= self.settings.lease_s / 2:
                     for row in db.expire_leases():
@@ -223,6 +241,7 @@ class Worker:
                     last_expiry = now
                 if now - last_reap >= self.settings.reap_interval_s:
                     self._reap(db)
+                    self._warm.reap()
                     last_reap = now
             except PgShellError as exc:
                 # An outage (database or engine) must not end this thread:

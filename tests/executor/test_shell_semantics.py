@@ -118,3 +118,15 @@ def test_cancel_of_a_pending_command_means_it_never_runs(daemon, shell):
     shell.wait(first)
     assert shell.command(second)["status"] == "cancelled"
     assert shell.run("ls -A")["output"] == ""
+
+
+def test_an_executor_without_a_configured_worker_id_runs_commands(make_daemon, shell):
+    """Unset, the id is generated once per process: the claim loop and each
+    command's life must use the same one, or every lease looks lost."""
+    daemon = make_daemon()
+    del daemon.env["PG_SHELL_WORKER_ID"]
+    daemon.start()
+    for _ in range(2):  # the second one finds its warm container
+        row = shell.run("echo hi")
+        assert (row["status"], row["output"]) == ("done", "hi\n")
+

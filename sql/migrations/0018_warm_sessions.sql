@@ -1,0 +1,32 @@
+-- Warm starts for new sessions (DESIGN.md §10). A new session is announced
+-- on shell_sessions when its creation commits; one executor adopts it (it
+-- becomes the host claiming prefers for the session, as if it held its
+-- files) and starts the session's first container before a command exists.
+
+CREATE FUNCTION shell.announce_session() RETURNS trigger
+LANGUAGE plpgsql SET search_path = '' AS $$
+BEGIN
+    PERFORM pg_notify('shell_sessions', NEW.session_id::text);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER lanes_announce AFTER INSERT ON shell.lanes
+    FOR EACH ROW EXECUTE FUNCTION shell.announce_session();
+
+-- True for the one executor host that adopts the session: it has no files
+-- yet (so every host's copy is as good), no host's copy is preferred yet,
+-- and no command of it runs.
+CREATE FUNCTION shell.adopt_session(p_session_id uuid, p_host text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $$
+BEGIN
+    IF p_host IS NULL OR p_host !~ '^[A-Za-z0-9_.:@-]{1,200}$' THEN
+        RAISE EXCEPTION 'invalid host %', left(p_host, 200) USING ERRCODE = '22023';
+    END IF;
+    UPDATE shell.lanes l SET cached_on = p_host
+    FROM shell.sessions s
+    WHERE l.session_id = p_session_id AND s.id = l.session_id AND l.cached_on IS NULL
+      AND l.active_command_id IS NULL AND (s.root IS NULL OR s.root = shell.empty_tree());
+    RETURN FOUND;
+END
+$$;
