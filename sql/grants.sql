@@ -89,6 +89,7 @@ GRANT EXECUTE ON FUNCTION
     shell.chain_position(bigint, text, integer),
     shell.register_signing_key(text, text),
     shell.adopt_session(uuid, text),
+    shell.ended_containers(text[]),
     shell.expire_leases(),
     shell.settle_worker(text, bigint[]),
     shell.live_commands(bigint[]),

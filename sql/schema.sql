@@ -717,6 +717,14 @@ CREATE FUNCTION shell.empty_tree() RETURNS text
     SELECT shell.tree_hash('[]'::jsonb)
 $$;
 
+CREATE FUNCTION shell.ended_containers(p_container_ids text[]) RETURNS SETOF text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT c.container_id FROM shell.commands c
+    WHERE c.container_id = ANY (p_container_ids) AND c.status NOT IN ('claimed', 'running')
+$$;
+
 CREATE TABLE shell.sessions (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
     user_id uuid NOT NULL,
@@ -2015,10 +2023,13 @@ END
 $$;
 
 CREATE FUNCTION shell_api.command_limits() RETURNS json
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO ''
     AS $$
-    SELECT json_build_object('time_limit_s', shell.time_limit_s())
+BEGIN
+    PERFORM shell.current_user_id();  -- for signed-in tenants, like every call
+    RETURN json_build_object('time_limit_s', shell.time_limit_s());
+END
 $$;
 
 CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text) RETURNS uuid
@@ -2615,6 +2626,8 @@ CREATE INDEX commands_active_lease ON shell.commands USING btree (lease_expires_
 CREATE INDEX commands_active_worker ON shell.commands USING btree (worker_id) WHERE (status = ANY (ARRAY['claimed'::text, 'running'::text]));
 
 CREATE INDEX commands_chained_completed ON shell.commands USING btree (completed_at) WHERE (chain_seq IS NOT NULL);
+
+CREATE INDEX commands_container ON shell.commands USING btree (container_id) WHERE (container_id IS NOT NULL);
 
 CREATE UNIQUE INDEX commands_one_active_per_session ON shell.commands USING btree (session_id) WHERE (status = ANY (ARRAY['claimed'::text, 'running'::text]));
 

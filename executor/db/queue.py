@@ -89,6 +89,11 @@ class ExecutorDatabase(Database):
 
         self.transact(work)
 
+    def ended_containers(self, container_ids: list[str]) -> set[str]:
+        """Those of the containers that ran a command which has ended."""
+        rows = self.call("SELECT c AS id FROM shell.ended_containers(%s) AS c", (container_ids,))
+        return {str(r["id"]) for r in rows}
+
     def adopt_session(self, session_id: str, host: str) -> bool:
         """Whether this host now is the one claiming prefers for a new session."""
         rows = self.call("SELECT shell.adopt_session(%s, %s) AS adopted", (session_id, host))

@@ -338,18 +338,23 @@ class Sandbox:
             removed.append(str(c["Id"]))
         return removed
 
-    def reap_warm(self, worker_id: str, keep: set[str], stale_after_s: float) -> list[str]:
-        """Remove warm containers nobody will use: this worker's that are not
-        in ``keep`` (held, or running a command), and any in this scope that
+    def reap_warm(self, worker_id: str, keep: set[str], stale_after_s: float,
+                  ended: Callable[[list[str]], set[str]]) -> list[str]:
+        """Remove warm containers nobody will use or wait for: this worker's
+        that are not in ``keep`` (held, or running a command); any in this
+        scope whose command has ended (``ended`` asks the database: its
+        executor may be gone while the command still runs); and any that
         stopped more than ``stale_after_s`` after creation (a warm container
         stops when the executor attached to it goes away)."""
         stale_before = time.time() - stale_after_s
+        listed = self.containers.listed(LABEL_WARM)
+        done = ended([str(c["Id"]) for c in listed]) if listed else set()
         removed = []
-        for c in self.containers.listed(LABEL_WARM):
+        for c in listed:
             container_id = str(c["Id"])
             mine = (c.get("Labels") or {}).get(LABEL_WORKER) == worker_id
             stale = c.get("State") != "running" and int(c.get("Created") or 0) < stale_before
-            if (mine and container_id not in keep) or stale:
+            if (mine and container_id not in keep) or stale or container_id in done:
                 self.remove_container(container_id)
                 removed.append(container_id)
         return removed

@@ -105,7 +105,7 @@ class Worker:
             log.warning("settled command_id=%s of a previous run of this worker: %s",
                         row["command_id"], row["status"])
         self._reap(db)
-        for container_id in self._warm.reap():
+        for container_id in self._warm.reap(db.ended_containers):
             log.info("removed leftover warm container_id=%s", container_id[:12])
         self._idle_dbs.put(db)
 
@@ -241,7 +241,8 @@ class Worker:
                     last_expiry = now
                 if now - last_reap >= self.settings.reap_interval_s:
                     self._reap(db)
-                    self._warm.reap()
+                    for container_id in self._warm.reap(db.ended_containers):
+                        log.info("removed leftover warm container_id=%s", container_id[:12])
                     last_reap = now
             except PgShellError as exc:
                 # An outage (database or engine) must not end this thread:

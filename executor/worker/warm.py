@@ -125,14 +125,15 @@ class WarmPool:
         """After a promotion: containers of another image will not be used."""
         self._drop(lambda started: started.image != image, "promotion")
 
-    def reap(self) -> list[str]:
+    def reap(self, ended: Callable[[list[str]], set[str]]) -> list[str]:
         """Removes warm containers on the engine that no pool holds (left by
-        an earlier run, or by an executor that is gone)."""
+        an earlier run, or by an executor that is gone); ``ended`` names
+        those whose command has ended."""
         with self._lock:
             if self._starting:  # one being started is not held yet: next round
                 return []
             keep = {started.container_id for started in self._held.values()} | self._in_use
-        return self._sandbox.reap_warm(self._worker_id, keep, stale_after_s=2 * self._idle_s + 60)
+        return self._sandbox.reap_warm(self._worker_id, keep, 2 * self._idle_s + 60, ended)
 
     def close(self) -> None:
         """On shutdown: nothing new starts, and every held container goes."""

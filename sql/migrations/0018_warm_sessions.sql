@@ -30,3 +30,15 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+-- A warm container learns its command only over stdin, so no label names
+-- it: the command's row does (mark_created records the container before the
+-- hand-over). Reaping asks which of a list of containers ran a command that
+-- has ended (their executor may be gone, and the command still running).
+CREATE INDEX commands_container ON shell.commands (container_id) WHERE container_id IS NOT NULL;
+
+CREATE FUNCTION shell.ended_containers(p_container_ids text[]) RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = '' AS $$
+    SELECT c.container_id FROM shell.commands c
+    WHERE c.container_id = ANY (p_container_ids) AND c.status NOT IN ('claimed', 'running')
+$$;

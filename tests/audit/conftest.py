@@ -100,13 +100,12 @@ def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client:
         daemon.stop()
         for shell in shells:
             shell.conn.close()
-        for container in docker_client.containers.list(all=True,
-                                                       filters={"label": "pg-shell.command-id"}):
-            if container.labels.get("pg-shell.worker-id") == env["PG_SHELL_WORKER_ID"]:
-                try:
-                    container.remove(force=True)
-                except Exception:
-                    pass
+        for container in docker_client.containers.list(all=True, filters={
+                "label": f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}"}):
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
         remove_session_volumes(docker_client, volumes)
         query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()

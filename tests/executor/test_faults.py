@@ -39,10 +39,11 @@ HANG = 120  # seconds: a bound that only proves "it did not hang"
 # -- helpers ------------------------------------------------------------------------
 
 
-def containers(docker_client: Any, command_id: int, worker_id: str) -> list[Any]:
-    """The containers of one command of one worker (ids repeat across test databases)."""
-    return docker_client.containers.list(all=True, filters={"label": [
-        f"pg-shell.command-id={command_id}", f"pg-shell.worker-id={worker_id}"]})
+def containers(docker_client: Any, container_id: str) -> list[Any]:
+    """The command's container (the id its row records: a warm container
+    learns its command over stdin and carries no command label), if it is
+    still there."""
+    return docker_client.containers.list(all=True, filters={"id": container_id})
 
 
 def run_cli(env: dict[str, str], timeout: float = HANG) -> subprocess.CompletedProcess[str]:
@@ -90,10 +91,9 @@ def environ_blobs(pid: int) -> dict[str, bytes]:
 def test_kill_9_then_restart_with_the_same_worker_id_settles_at_once(make_daemon, shell,
                                                                      docker_client):
     first = make_daemon().start()
-    worker_id = first.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo started; sleep 30")
-    shell.wait(cid, until=running_with_output)
-    assert containers(docker_client, cid, worker_id), "the command's container should be running"
+    container_id = shell.wait(cid, until=running_with_output)["container_id"]
+    assert containers(docker_client, container_id), "the command's container should be running"
 
     first.proc.kill()  # SIGKILL: no drain, no clean-up
     first.wait()
@@ -104,7 +104,7 @@ def test_kill_9_then_restart_with_the_same_worker_id_settles_at_once(make_daemon
     row = shell.command(cid)
     assert (row["status"], row["reason"]) == ("failed", "executor lost")
     assert row["output"].startswith("started\n")
-    assert containers(docker_client, cid, worker_id) == []
+    assert containers(docker_client, container_id) == []
 
     # The session goes on from its last committed files (the lost command's
     # changes are discarded), and the killed command did not run again.
@@ -120,7 +120,7 @@ def test_kill_9_without_a_stable_worker_id_fails_on_lease_expiry_and_reaps(make_
     first = make_daemon(**fast).start()
     first_id = first.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo started; sleep 30")
-    shell.wait(cid, until=running_with_output)
+    container_id = shell.wait(cid, until=running_with_output)["container_id"]
     first.proc.kill()
     first.wait()
 
@@ -129,8 +129,8 @@ def test_kill_9_without_a_stable_worker_id_fails_on_lease_expiry_and_reaps(make_
     assert (row["status"], row["reason"]) == ("failed", "executor lost")
     assert row["output"].startswith("started\n")
     assert row["worker_id"] == first_id  # settled, not re-claimed by the new worker
-    wait_for("orphan container reaped", lambda: not containers(docker_client, cid, first_id))
-    assert "removed leftover container" in second.log()
+    wait_for("orphan container reaped", lambda: not containers(docker_client, container_id))
+    assert "removed leftover" in second.log()
 
     # The lost command's file changes are discarded with it.
     row = shell.run("cat runs")
@@ -161,7 +161,7 @@ def test_sigterm_lets_a_short_command_finish_and_claims_nothing_more(make_daemon
 def test_sigterm_kills_a_long_command_after_the_grace_period(make_daemon, shell, docker_client):
     daemon = make_daemon(PG_SHELL_SHUTDOWN_GRACE_S="1").start()
     cid = shell.submit("echo begin; sleep 60")
-    shell.wait(cid, until=running_with_output)
+    container_id = shell.wait(cid, until=running_with_output)["container_id"]
     asked = time.monotonic()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(timeout=HANG) == 0
@@ -169,7 +169,7 @@ def test_sigterm_kills_a_long_command_after_the_grace_period(make_daemon, shell,
     row = shell.command(cid)
     assert (row["status"], row["reason"]) == ("failed", "executor shutdown")
     assert row["output"].startswith("begin\n")
-    assert containers(docker_client, cid, daemon.env["PG_SHELL_WORKER_ID"]) == []
+    assert containers(docker_client, container_id) == []
 
 
 def test_systemd_notify_ready_watchdog_and_stopping(make_daemon):
@@ -340,15 +340,14 @@ def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, 
     user_id = create_user(cluster.dsn, "alice")
     shell = Shell(cluster.dsn, user_id)
     daemon = make_daemon(DATABASE_URL=cluster.dsn).start()
-    worker_id = daemon.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo a; sleep 4; echo b")
-    shell.wait(cid, until=running_with_output)
+    container_id = shell.wait(cid, until=running_with_output)["container_id"]
     shell.conn.close()
 
     cluster.stop("fast")
     # The command finishes while the database is down; its result waits.
     wait_for("container exited during the outage", lambda: any(
-        c.status == "exited" for c in containers(docker_client, cid, worker_id)))
+        c.status == "exited" for c in containers(docker_client, container_id)))
     time.sleep(2)
     assert daemon.proc.poll() is None
     cluster.start()
@@ -424,9 +423,8 @@ def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client)
     require(pid is not None,
             "a local root dockerd started as ops/docker-engine does (to restart it)")
     daemon = make_daemon(PG_SHELL_REAP_INTERVAL_S="1").start()
-    worker_id = daemon.env["PG_SHELL_WORKER_ID"]
     cid = shell.submit("echo ran >> runs; echo started; sleep 60")
-    shell.wait(cid, until=running_with_output)
+    container_id = shell.wait(cid, until=running_with_output)["container_id"]
 
     restart_dockerd(pid)
     row = shell.wait(cid, timeout=HANG)
@@ -442,5 +440,5 @@ def test_zz_docker_engine_restart_mid_command(make_daemon, shell, docker_client)
     assert (row["status"], row["exit_code"], row["output"]) == (
         "done", 1, "cat: runs: No such file or directory\n")
     assert shell.command(cid)["attempts"] == 1
-    wait_for("leftover container reaped", lambda: not containers(docker_client, cid, worker_id))
+    wait_for("leftover container reaped", lambda: not containers(docker_client, container_id))
     assert daemon.proc.poll() is None

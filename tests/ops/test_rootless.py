@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,14 +75,11 @@ def rootless_client(rootless_host: str) -> Iterator[Any]:
     client.close()
 
 
-def running_container(client: Any, command_id: int, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = client.containers.list(filters={"label": f"pg-shell.command-id={command_id}"})
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    raise AssertionError(f"no container for command {command_id} within {timeout}s")
+def running_container(client: Any, shell: Shell, command_id: int) -> Any:
+    """The command's container while it runs, by the id its row records (a
+    warm container learns its command over stdin: no label names it)."""
+    row = shell.wait(command_id, timeout=30, until=lambda r: r["status"] == "running")
+    return client.containers.get(row["container_id"])
 
 
 def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], rootless_host: str,
@@ -124,7 +120,7 @@ def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], ro
 
         # The hardening holds on this engine too: inspect a running command.
         command_id = shell.submit("sleep 3; echo slept")
-        host_config = running_container(rootless_client, command_id).attrs["HostConfig"]
+        host_config = running_container(rootless_client, shell, command_id).attrs["HostConfig"]
         assert host_config["ReadonlyRootfs"] is True
         assert host_config["NetworkMode"] == "none"
         assert host_config["CapDrop"] == ["ALL"]

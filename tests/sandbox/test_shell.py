@@ -37,6 +37,7 @@ def test_cd_export_unset_persist_to_the_next_command(run) -> None:
         "KEEP": "x",
         "LANG": "C.UTF-8",
         "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "TERM": "xterm-256color",  # a default, as PATH: programs that draw need one
     }
     assert first.result.state_note is None
 

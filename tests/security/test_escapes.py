@@ -56,9 +56,13 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def running_containers(docker_client, daemon, command_id: int) -> list:
-    return docker_client.containers.list(filters={"label": [
-        f"pg-shell.command-id={command_id}", f"pg-shell.scope={daemon.env['PG_SHELL_SCOPE']}"]})
+def running_containers(docker_client, shell, command_id: int) -> list:
+    """The command's container while it runs, found by the id its row
+    records (a warm container learns its command over stdin: no label names it)."""
+    container_id = shell.command(command_id)["container_id"]
+    if not container_id:
+        return []
+    return docker_client.containers.list(filters={"id": container_id})
 
 
 def host_cmdlines_containing(needle: bytes) -> list[str]:
@@ -327,13 +331,13 @@ def test_fork_bomb_ends_and_another_tenant_is_unaffected(make_daemon, make_shell
     assert calm_row["output"] == "bob-42\n0\ndone\n"
     # The pids limit makes forks fail; the bomb ends when the command does
     # (the entrypoint, PID 1, kills what is left), or else at the deadline. Its session state is
-    # unchanged (the report, when it got through, adds at most the default PATH and LANG).
+    # unchanged (the report, when it got through, adds at most the default PATH, LANG and TERM).
     assert (bomb_row["status"], bomb_row["reason"]) in (
         ("done", None), ("failed", "timeout")), bomb_row
     assert "fork: retry: Resource temporarily unavailable" in bomb_row["output"]
     assert bomb_row["cwd_after"] == bomb_row["cwd_before"] == ROOT
-    assert set(bomb_row["env_after"]) <= set(bomb_row["env_before"]) | {"PATH", "LANG"}
-    assert running_containers(docker_client, daemon, bomb) == []
+    assert set(bomb_row["env_after"]) <= set(bomb_row["env_before"]) | {"PATH", "LANG", "TERM"}
+    assert running_containers(docker_client, alice, bomb) == []
     assert daemon.proc.poll() is None
     assert ok(alice.run("echo recovered"))["output"] == "recovered\n"
 
@@ -392,7 +396,7 @@ def test_output_flood_is_capped_the_executor_stays_small_and_nothing_piles_up_on
     # byte, hundreds of MiB per second, until the container was removed).
     cid = shell.submit("yes")
     shell.wait(cid, until=lambda r: r["status"] == "running" and r["output_bytes"] > 0)
-    [container] = running_containers(docker_client, daemon, cid)
+    [container] = running_containers(docker_client, shell, cid)
     time.sleep(3)
     log_path = docker_client.api.inspect_container(container.id)["LogPath"]
     logged = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
@@ -439,7 +443,7 @@ def test_background_processes_do_not_survive_the_command(daemon, shell, docker_c
     row = ok(shell.wait(cid, timeout=120))
     assert row["output"] == "spawned\n"
     assert time.monotonic() - started < 60  # did not wait for the sleeps
-    assert running_containers(docker_client, daemon, cid) == []
+    assert running_containers(docker_client, shell, cid) == []
     row = ok(shell.run("ps -e -o comm="))
     assert "sleep" not in row["output"]
     # The supervisor, the shell and ps, nothing else.
