@@ -125,8 +125,11 @@ $$;
 
 -- {"time_limit_s": 30} (null before any executor has started).
 CREATE FUNCTION shell_api.command_limits() RETURNS json
-LANGUAGE sql STABLE SET search_path = '' AS $$
-    SELECT json_build_object('time_limit_s', shell.time_limit_s())
+LANGUAGE plpgsql STABLE SET search_path = '' AS $$
+BEGIN
+    PERFORM shell.current_user_id();  -- for signed-in tenants, like every call
+    RETURN json_build_object('time_limit_s', shell.time_limit_s());
+END
 $$;
 
 -- ---- a command's outcome in plain words ----------------------------------------

@@ -181,10 +181,12 @@ def test_html_escapes_commands_and_output(alice):
     change = superuser_rows(db, "SELECT change_seq FROM shell.commands")[0]["change_seq"]
     expected = (
         f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="done" '
-        f'data-change="{change}"><div class="line"><span class="prompt">/home/sandbox $</span> '
+        f'data-change="{change}" data-outcome="ok" data-cwd="/"><div class="line">'
+        '<span class="prompt">~ $</span> '
         '<span class="text">echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; &amp;&amp; '
-        f'a&amp;b &quot;q&quot;</span><button type="button" class="fork" data-fork="{cid}">fork '
-        'from here</button></div><pre class="out">&lt;script&gt;x&lt;/script&gt; &amp; y\n'
+        f'a&amp;b &quot;q&quot;</span><span class="actions"><button type="button" class="fork" '
+        f'data-fork="{cid}">fork from here</button><button type="button" class="replay" '
+        f'data-replay="{cid}">replay from here</button></span></div><pre class="out">&lt;script&gt;x&lt;/script&gt; &amp; y\n'
         '</pre><div class="meta">done · exit 0 · 12 ms</div></article>')
     assert one(conn, "SELECT shell_api.latest_output_html(%s)", (sid,)) == expected
     assert one(conn, "SELECT shell_api.session_changes_html(%s)", (sid,)) == expected
@@ -202,10 +204,10 @@ def test_submit_command_html_returns_the_pending_fragment(alice):
     cid, change = superuser_rows(db, "SELECT id, change_seq FROM shell.commands")[0].values()
     assert html == (
         f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="pending" '
-        f'data-change="{change}"><div class="line"><span class="prompt"> $</span> <span '
-        'class="text">cat &lt;a &amp; b&gt;</span><button type="button" class="cancel" '
-        f'data-cancel="{cid}">cancel</button></div><pre class="out"></pre><div '
-        'class="meta">pending</div></article>')
+        f'data-change="{change}" data-outcome="running"><div class="line"><span class="prompt">'
+        ' $</span> <span class="text">cat &lt;a &amp; b&gt;</span><span class="actions"><button '
+        f'type="button" class="cancel" data-cancel="{cid}">cancel</button></span></div>'
+        '<pre class="out"></pre><div class="meta">waiting to run</div></article>')
 
 
 # --- notifications -----------------------------------------------------------

@@ -29,6 +29,7 @@ TENANT_FUNCTIONS = (
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html",
     "cancel_command", "fork_session", "replay_session", "replay_comparison", "output_timeline",
     "session_files", "read_file", "command_changes", "upload_file", "read_output",
+    "rename_session", "archive_session", "command_limits",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -127,6 +128,9 @@ def api_call(name: str, session: str, command: int,
         "read_file": ("SELECT shell_api.read_file(%s, 'f')", (session,)),
         "command_changes": ("SELECT * FROM shell_api.command_changes(%s)", (command,)),
         "upload_file": ("SELECT shell_api.upload_file(%s, 'f', '\\x00')", (session,)),
+        "rename_session": ("SELECT shell_api.rename_session(%s, 'renamed')", (session,)),
+        "archive_session": ("SELECT shell_api.archive_session(%s)", (session,)),
+        "command_limits": ("SELECT shell_api.command_limits()", ()),
     }[name]
 
 
@@ -266,10 +270,11 @@ def test_owner_submit_command_html_returns_the_pending_fragment(db, world):
                                      "ORDER BY id DESC LIMIT 1")[0].values()
     assert cid > world.pending
     assert html == (f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="pending" '
-                    f'data-change="{change}"><div class="line"><span class="prompt"> $</span> '
-                    '<span class="text">echo more</span><button type="button" class="cancel" '
-                    f'data-cancel="{cid}">cancel</button></div><pre class="out"></pre>'
-                    '<div class="meta">pending</div></article>')
+                    f'data-change="{change}" data-outcome="running"><div class="line">'
+                    '<span class="prompt"> $</span> <span class="text">echo more</span>'
+                    '<span class="actions"><button type="button" class="cancel" '
+                    f'data-cancel="{cid}">cancel</button></span></div><pre class="out"></pre>'
+                    '<div class="meta">waiting to run</div></article>')
 
 
 def test_owner_cancel_fork_and_replay_work(db, world):
@@ -292,7 +297,7 @@ def test_owner_cancel_fork_and_replay_work(db, world):
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
                 "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
                 "fork_session", "replay_session", "replay_comparison", "output_timeline",
-                "read_output")
+                "read_output", "rename_session", "archive_session")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
