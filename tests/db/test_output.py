@@ -186,7 +186,9 @@ def test_html_escapes_commands_and_output(alice):
         '<span class="text">echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; &amp;&amp; '
         f'a&amp;b &quot;q&quot;</span><span class="actions"><button type="button" class="fork" '
         f'data-fork="{cid}">fork from here</button><button type="button" class="replay" '
-        f'data-replay="{cid}">replay from here</button></span></div><pre class="out">&lt;script&gt;x&lt;/script&gt; &amp; y\n'
+        f'data-replay="{cid}">replay from here</button></span></div>'
+        '<pre class="out" data-from="0" data-end="23" data-bytes="23">'
+        '&lt;script&gt;x&lt;/script&gt; &amp; y\n'
         '</pre><div class="meta">done · exit 0 · 12 ms</div></article>')
     assert one(conn, "SELECT shell_api.latest_output_html(%s)", (sid,)) == expected
     assert one(conn, "SELECT shell_api.session_changes_html(%s)", (sid,)) == expected
