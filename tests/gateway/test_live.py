@@ -147,12 +147,14 @@ def test_waiters_are_capped_per_user_and_overall_and_a_closed_one_frees_its_plac
     with httpx.Client(base_url=gw.url, timeout=30) as http:
         a_session, b_session = new_session(http, alice), new_session(http, bob)
         held = [long_poll(gw.url, alice, a_session), long_poll(gw.url, alice, a_session)]
+        time.sleep(1)  # both are in and waiting
         refused = wait_for("alice's third long-poll refused",
                            lambda: (r := capped(http, alice, a_session)).status_code == 429 and r)
         assert refused.headers["retry-after"] == "2"
         assert refused.json()["code"] == "PT429"
         # Bob still has the third place overall …
         bob_held = long_poll(gw.url, bob, b_session)
+        time.sleep(1)
         # … and then the gateway is full, for him too.
         assert wait_for("bob refused", lambda: capped(http, bob, b_session).status_code == 429)
         # A long-poll whose client went away ends: its place is free again.
