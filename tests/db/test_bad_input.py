@@ -192,7 +192,8 @@ def test_sessions_beyond_the_quota_are_refused(alice):
     before = row_counts(db)
     exc = error_of(conn, "SELECT shell_api.create_session()")
     assert (exc.pgcode, exc.diag.message_primary) == ("PT429", "session quota reached (2 sessions)")
-    assert exc.diag.message_hint == "Ask an administrator to raise max_sessions."
+    assert exc.diag.message_hint == (
+        "Archive sessions you no longer need, or ask an administrator to raise max_sessions.")
     assert row_counts(db) == before
 
 

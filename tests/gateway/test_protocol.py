@@ -107,7 +107,8 @@ def test_pt429_sets_the_status_429_when_a_quota_is_reached(http, token, db):
     body = error(answer)
     assert body["code"] == "PT429"
     assert body["message"] == "session quota reached (1 sessions)"
-    assert body["hint"] == "Ask an administrator to raise max_sessions."
+    assert body["hint"] == (
+        "Archive sessions you no longer need, or ask an administrator to raise max_sessions.")
 
 
 def test_a_wrong_password_is_403_28p01(http, alice):
