@@ -22,7 +22,7 @@ import pytest
 
 from executor.db.connection import connect
 from tests.conftest import with_database
-from tests.fixtures_stack import REPO, free_port, remove_session_volumes
+from tests.fixtures_stack import REPO, authenticator_dsn, free_port, remove_session_volumes
 from tests.support import call, create_user, one, tenant, wait_for
 
 # What setup.py and MANIFEST.in need to build the wheel: a copy of them, so
@@ -101,10 +101,17 @@ def test_migrate_then_serve_the_ui_from_any_directory(installed: Path, empty_db:
     assert "pending" not in status and "0001_roles_and_schemas" in status
     port = free_port()
     log = open(elsewhere / "serve.log", "wb")
+    # The gateway logs in as shell_authenticator, as PostgREST does (it
+    # refuses a superuser: row-level security would not hold).
+    serve_env = {**env, "PG_SHELL_GATEWAY_DATABASE_URL": authenticator_dsn(empty_db),
+                 "PG_SHELL_GATEWAY_METRICS_PORT": "0"}
     proc = subprocess.Popen([str(installed / "pg-shell"), "serve", "--port", str(port)],
-                            cwd=elsewhere, env=env, stdout=log, stderr=subprocess.STDOUT)
+                            cwd=elsewhere, env=serve_env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        page = wait_for("the UI", lambda: fetch(f"http://127.0.0.1:{port}/"), timeout=60)
+        try:
+            page = wait_for("the UI", lambda: fetch(f"http://127.0.0.1:{port}/"), timeout=60)
+        except AssertionError as exc:
+            raise AssertionError((elsewhere / "serve.log").read_text()[-2000:]) from exc
         assert page == (REPO / "html" / "index.html").read_bytes()
     finally:
         proc.terminate()
