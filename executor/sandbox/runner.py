@@ -103,7 +103,7 @@ class Sandbox:
         """A session's next container, started before its command exists:
         home mounted, hardening and limits as for any command, the
         supervisor waiting on stdin. Used by at most one ``run``."""
-        volume = self.volumes.volume_for(session_id)
+        volume = self.volumes.volume_for(session_id, image)
         return self.containers.start(image, warm_labels(session_id, worker_id, self.scope),
                                      volume, session_id)
 
@@ -140,7 +140,7 @@ class Sandbox:
         With ``files``, the supervisor reports the home's manifest after the
         command and sends the files ``files.wanted`` asks for."""
         if warm is None:
-            volume = self.volumes.volume_for(req.session_id)
+            volume = self.volumes.volume_for(req.session_id, req.image)
             started = self.containers.start(req.image, command_labels(req, self.scope), volume,
                                             req.session_id, on_created)
         else:
@@ -171,7 +171,7 @@ class Sandbox:
         host): ``header`` says what to delete, ``tar`` carries what to
         write. Returns the conversation, with the manifest of the result."""
         session_id = req.session_id
-        volume = self.volumes.volume_for(session_id)
+        volume = self.volumes.volume_for(session_id, req.image)
         started = self.containers.start(req.image, command_labels(req, self.scope), volume,
                                         session_id, command=["restore"])
         raw = started.raw

@@ -14,6 +14,14 @@ Two kinds, chosen by ``Sandbox(disk_quota=...)``:
 
 Host paths here are built only from the validated session id, never from
 anything a tenant controls inside the container.
+
+Owner: every volume belongs to the sandbox user of hardening.py before a
+container of its session starts. Volumes made here are its from the start
+(mkfs's root owner; a plain one is seeded from the image's home); an older
+executor's belong to its user, 1000:1000, and are handed over once, in a
+container (ownership.py), never from the host. A marker beside the volume
+records that it is the current user's, so the check costs one small file
+read per container.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ import docker.errors
 
 from .engine import engine_errors
 from .errors import InvalidSessionId, VolumeError
-from .hardening import SANDBOX_GID, SANDBOX_UID
+from .hardening import SANDBOX_GID, SANDBOX_UID, SANDBOX_USER
+from .ownership import hand_over
 
 VOLUME_PREFIX = "pg-shell-home-"
 SESSION_LABEL = "pg-shell.session-id"
@@ -43,10 +52,18 @@ DEFAULT_STATE_DIR = "/var/lib/pg-shell/volumes"
 # Beside the volumes, executor/workspace/cache.py keeps what this host knows
 # about each copy; a copy removed for good takes that knowledge with it.
 INDEX_SUFFIX = ".workspace.json"
+# Holds the uid:gid the volume belongs to: written when this executor makes
+# a volume or hands one over; any other content (none, an older user's, a
+# later change of hardening.py's) means "hand it over first".
+OWNER_SUFFIX = ".owner"
 
 
 def index_path(state_dir: str | Path, session_id: str) -> Path:
     return Path(state_dir) / f"{volume_name(session_id)}{INDEX_SUFFIX}"
+
+
+def owner_path(state_dir: str | Path, session_id: str) -> Path:
+    return Path(state_dir) / f"{volume_name(session_id)}{OWNER_SUFFIX}"
 
 
 def volume_name(session_id: str) -> str:
@@ -74,9 +91,11 @@ class PlainVolumes:
 
     def __init__(self, client: docker.DockerClient, state_dir: str = DEFAULT_STATE_DIR) -> None:
         self._client = client
-        self._dir = Path(state_dir)
+        self.state_dir = Path(state_dir)
 
-    def volume_for(self, session_id: str) -> str:
+    def volume_for(self, session_id: str, image: str) -> str:
+        """Create on first use; ``image`` hands an older executor's volume
+        to the sandbox user. Returns the volume name."""
         name = volume_name(session_id)
         with engine_errors(f"cannot create volume {name}", refused=VolumeError):
             try:
@@ -84,6 +103,8 @@ class PlainVolumes:
             except docker.errors.NotFound:
                 self._client.volumes.create(name, driver="local",
                                             labels={SESSION_LABEL: session_id})
+                _mark_owned(self.state_dir, session_id)
+        _ensure_owned(self._client, self.state_dir, session_id, image)
         return name
 
     def sessions(self) -> list[str]:
@@ -102,8 +123,9 @@ class PlainVolumes:
 
     def remove(self, session_id: str) -> None:
         """Delete this host's copy of the session's files for good."""
-        index_path(self._dir, session_id).unlink(missing_ok=True)
+        index_path(self.state_dir, session_id).unlink(missing_ok=True)
         _remove_volume(self._client, volume_name(session_id))
+        owner_path(self.state_dir, session_id).unlink(missing_ok=True)
 
 
 class LoopVolumes:
@@ -119,19 +141,24 @@ class LoopVolumes:
     ) -> None:
         self._client = client
         self._size = size_bytes
-        self._dir = Path(state_dir)
+        self.state_dir = Path(state_dir)
         self._lock = threading.Lock()
 
     def image_path(self, session_id: str) -> Path:
-        return self._dir / f"{volume_name(session_id)}.ext4"
+        return self.state_dir / f"{volume_name(session_id)}.ext4"
 
-    def volume_for(self, session_id: str) -> str:
-        """Create on first use; re-attach after a reboot. Returns the volume name."""
+    def volume_for(self, session_id: str, image: str) -> str:
+        """Create on first use; re-attach after a reboot; ``image`` hands an
+        older executor's volume to the sandbox user. Returns the volume name."""
         name = volume_name(session_id)
         with self._locked():
-            image = self._ensure_image(session_id)
-            loop = self._loop_of(image) or _run("losetup", "--find", "--show", str(image)).strip()
+            ext4 = self._ensure_image(session_id)
+            loop = self._loop_of(ext4) or _run("losetup", "--find", "--show", str(ext4)).strip()
             self._ensure_volume(name, session_id, loop)
+        # Outside the host-wide lock: a large home must not hold up other
+        # sessions. Two hand-overs of one volume at once just do the same
+        # work twice.
+        _ensure_owned(self._client, self.state_dir, session_id, image)
         return name
 
     def release(self, session_id: str) -> None:
@@ -148,15 +175,16 @@ class LoopVolumes:
 
     def remove(self, session_id: str) -> None:
         """Delete this host's copy of the session's files for good."""
-        index_path(self._dir, session_id).unlink(missing_ok=True)
+        index_path(self.state_dir, session_id).unlink(missing_ok=True)
         self.release(session_id)
         self.image_path(session_id).unlink(missing_ok=True)
+        owner_path(self.state_dir, session_id).unlink(missing_ok=True)
 
     def sessions(self) -> list[str]:
         """Sessions with an image in this executor's state directory."""
         suffix = ".ext4"
-        names = ((p.name for p in self._dir.glob(f"{VOLUME_PREFIX}*{suffix}")) if self._dir.is_dir()
-                 else ())
+        found = self.state_dir.glob(f"{VOLUME_PREFIX}*{suffix}") if self.state_dir.is_dir() else ()
+        names = (p.name for p in found)
         ids = (n[len(VOLUME_PREFIX):-len(suffix)] for n in names)
         return sorted(i for i in ids if SESSION_ID_RE.match(i))
 
@@ -173,8 +201,8 @@ class LoopVolumes:
         # The thread lock orders this executor's workers; the file lock
         # orders several executor processes on one host (losetup --find
         # and the volume check are not atomic).
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with self._lock, open(self._dir / ".lock", "w") as lock_file:
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with self._lock, open(self.state_dir / ".lock", "w") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             yield
 
@@ -198,6 +226,7 @@ class LoopVolumes:
             # it when it needs one).
             _run("debugfs", "-w", "-R", "rmdir lost+found", str(tmp))
             os.replace(tmp, image)
+            _mark_owned(self.state_dir, session_id)
         finally:
             tmp.unlink(missing_ok=True)
         return image
@@ -228,6 +257,22 @@ class LoopVolumes:
                 driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev"},
                 labels={SESSION_LABEL: session_id},
             )
+
+
+def _mark_owned(state_dir: Path, session_id: str) -> None:
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    owner_path(state_dir, session_id).write_text(SANDBOX_USER)
+
+
+def _ensure_owned(client: docker.DockerClient, state_dir: Path, session_id: str,
+                  image: str) -> None:
+    try:
+        if owner_path(state_dir, session_id).read_text() == SANDBOX_USER:
+            return
+    except FileNotFoundError:
+        pass  # made by an older executor (or its marker lost): hand it over
+    hand_over(client, image, volume_name(session_id), session_id)
+    _mark_owned(state_dir, session_id)
 
 
 def _remove_volume(client: docker.DockerClient, name: str) -> None:

@@ -98,14 +98,14 @@ def _quota_mode() -> str:
 
 @pytest.fixture(scope="session")
 def make_sandbox(docker_client: docker.DockerClient) -> Callable[..., Sandbox]:
-    def make(**limits: float) -> Sandbox:
+    def make(disk_quota: str | None = None, **limits: float) -> Sandbox:
         state_dir = tempfile.mkdtemp(prefix=f"{PREFIX}-vol-", dir="/var/tmp")
         _state_dirs.append(state_dir)
         base = {"timeout_s": 20.0, "disk_quota_bytes": 64 * 1024 * 1024}
         return Sandbox(
             Limits(**{**base, **limits}),  # type: ignore[arg-type]
             shell_root=SHELL_ROOT,
-            disk_quota=_quota_mode(),
+            disk_quota=disk_quota or _quota_mode(),
             volume_dir=state_dir,
             scope=PREFIX,  # so other executors on this engine never reap ours
         )

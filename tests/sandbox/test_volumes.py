@@ -70,12 +70,12 @@ def test_a_stale_loop_device_is_never_mounted(run, sandbox, session_id) -> None:
     assert ran.output == "mine\n"
 
 
-def test_invalid_session_ids_are_refused(sandbox) -> None:
+def test_invalid_session_ids_are_refused(sandbox, image) -> None:
     from executor.sandbox import InvalidSessionId
 
     for bad in ("../etc", "a/b", ".hidden", "", "x" * 200):
         with pytest.raises(InvalidSessionId):
-            sandbox.volumes.volume_for(bad)
+            sandbox.volumes.volume_for(bad, image)
 
 
 def test_reap_removes_only_rejected_containers(run, sandbox, docker_client) -> None:
