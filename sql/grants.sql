@@ -47,6 +47,7 @@ GRANT EXECUTE ON FUNCTION
     shell_api.upload_file(uuid, text, bytea, integer),
     shell_api.rename_session(uuid, text),
     shell_api.archive_session(uuid),
+    shell_api.warm_session(uuid),
     shell_api.command_limits(),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),

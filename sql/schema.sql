@@ -77,8 +77,9 @@ BEGIN
     END IF;
     UPDATE shell.lanes l SET cached_on = p_host
     FROM shell.sessions s
-    WHERE l.session_id = p_session_id AND s.id = l.session_id AND l.cached_on IS NULL
-      AND l.active_command_id IS NULL AND (s.root IS NULL OR s.root = shell.empty_tree());
+    WHERE l.session_id = p_session_id AND s.id = l.session_id
+      AND (l.cached_on IS NULL OR l.cached_on = p_host)
+      AND l.active_command_id IS NULL AND s.root IS NOT NULL AND s.archived_at IS NULL;
     RETURN FOUND;
 END
 $_$;
@@ -2433,6 +2434,20 @@ BEGIN
     UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
     UPDATE shell.lanes l SET cached_on = NULL WHERE l.session_id = s.id;  -- no host's copy holds it
     RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION shell_api.warm_session(p_session_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.sessions := shell.owned_session(p_session_id);
+BEGIN
+    IF EXISTS (SELECT FROM shell.lanes l
+               WHERE l.session_id = target.id AND l.pending = 0 AND l.active_command_id IS NULL) THEN
+        PERFORM pg_notify('shell_sessions', target.id::text);
+    END IF;
 END
 $$;
 

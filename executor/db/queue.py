@@ -140,15 +140,23 @@ class Listener:
         self._db = db
         self._listening = False
 
+    def start(self) -> None:
+        """LISTEN before the executor says it is ready, so what is announced
+        after that (a session to warm) is not missed."""
+        self._listen(self._db.connection())
+
+    def _listen(self, conn: Any) -> None:
+        if not self._listening:
+            query(conn, "; ".join(f"LISTEN {c}" for c in self.CHANNELS))
+            self._listening = True
+
     def wait(self, timeout: float, wake_fd: int) -> Iterator[tuple[str, str]]:
         """Yields (channel, payload) of notifications that arrive within
         ``timeout`` seconds; returns early on the first batch or when
         ``wake_fd`` becomes readable."""
         try:
             conn = self._db.connection()
-            if not self._listening:
-                query(conn, "; ".join(f"LISTEN {c}" for c in self.CHANNELS))
-                self._listening = True
+            self._listen(conn)
             if not conn.notifies:
                 select.select([conn.fileno(), wake_fd], [], [], timeout)
                 with translated_errors():

@@ -108,6 +108,7 @@ class Worker:
         for container_id in self._warm.reap(db.ended_containers):
             log.info("removed leftover warm container_id=%s", container_id[:12])
         self._idle_dbs.put(db)
+        self._listener.start()
 
     # -- the main loop -------------------------------------------------------------
 

@@ -47,9 +47,9 @@ class WarmPool:
             self._starter.submit(self._start, session_id, image)
 
     def adopt(self, session_id: str, image: str, claim: Callable[[str], bool]) -> None:
-        """A new session: if this executor wins it (``claim``, which makes
-        claiming prefer this host for it), its first container starts now,
-        before its first command exists."""
+        """A new session, or one a client opened: if this executor is the
+        host claiming prefers for it, or becomes it (``claim``), the
+        session's next container starts now, before its command exists."""
         if self._reserve(session_id):
             self._starter.submit(self._adopt_and_start, session_id, image, claim)
 

@@ -29,7 +29,7 @@ TENANT_FUNCTIONS = (
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html",
     "cancel_command", "fork_session", "replay_session", "replay_comparison", "output_timeline",
     "session_files", "read_file", "command_changes", "upload_file", "read_output",
-    "rename_session", "archive_session", "command_limits",
+    "rename_session", "archive_session", "warm_session", "command_limits",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -130,6 +130,7 @@ def api_call(name: str, session: str, command: int,
         "upload_file": ("SELECT shell_api.upload_file(%s, 'f', '\\x00')", (session,)),
         "rename_session": ("SELECT shell_api.rename_session(%s, 'renamed')", (session,)),
         "archive_session": ("SELECT shell_api.archive_session(%s)", (session,)),
+        "warm_session": ("SELECT shell_api.warm_session(%s)", (session,)),
         "command_limits": ("SELECT shell_api.command_limits()", ()),
     }[name]
 
@@ -297,7 +298,7 @@ def test_owner_cancel_fork_and_replay_work(db, world):
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
                 "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
                 "fork_session", "replay_session", "replay_comparison", "output_timeline",
-                "read_output", "rename_session", "archive_session")
+                "read_output", "rename_session", "archive_session", "warm_session")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)

@@ -12,6 +12,9 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import psycopg2
+import pytest
+
 from tests.executor.conftest import Shell
 from tests.fixtures_stack import Daemon, free_port
 from tests.support import one, wait_for
@@ -176,3 +179,24 @@ def test_a_burst_of_200_new_sessions_never_takes_the_pool_past_its_bound(
         seen.append(len(warm_containers(docker_client, daemon)))
         time.sleep(0.1)
     assert max(seen) == 3
+
+
+def test_opening_an_idle_session_starts_its_next_container(
+        make_daemon: Callable[..., Daemon], shell: Shell, make_shell: Callable[[str], Shell],
+        docker_client: Any) -> None:
+    mallory = make_shell("mallory")  # made while no executor listens: nothing warms for it
+    before = with_metrics(make_daemon)
+    shell.run("echo kept > f")
+    warm_one(docker_client, before, shell)
+    before.signal(signal.SIGTERM)  # its warm container goes with it
+    assert before.wait(HANG) == 0
+
+    daemon = with_metrics(make_daemon)  # the same host: claiming prefers it for the session
+    assert not warm_containers(docker_client, daemon, shell.session_id)
+    with pytest.raises(psycopg2.Error):  # another tenant's session cannot be warmed
+        one(mallory.conn, "SELECT shell_api.warm_session(%s)", (shell.session_id,))
+    one(shell.conn, "SELECT shell_api.warm_session(%s)", (shell.session_id,))
+    one(shell.conn, "SELECT shell_api.warm_session(%s)", (shell.session_id,))  # no second one
+    warm = warm_one(docker_client, daemon, shell)
+    row = shell.run("cat f")
+    assert (row["status"], row["output"], row["container_id"]) == ("done", "kept\n", warm.id)
