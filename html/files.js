@@ -1,7 +1,6 @@
 // The files panel of the open session: its files, each with a download
-// button, and an upload form. Loaded after app.js, whose $, rpc and fail
-// it uses; app.js tells it when a session opens or closes and
-// when a finished command changed files.
+// button, and an upload form. terminal.js tells it when a session opens or
+// closes, scrollback.js when a finished command changed files.
 //
 // The bytes travel as PostgREST moves them, so the page works in front of
 // the embedded gateway and of plain PostgREST alike: read_file answers
@@ -127,7 +126,7 @@ const files = {
   },
 
   failed(error) {
-    if (error.status === 401) fail(error);  // signed out: app.js asks to sign in again
+    if (error.status === 401) fail(error);  // signed out: fail asks to sign in again
     else this.say(error.message, true);
   },
 

@@ -1,8 +1,9 @@
-// The input line as a person expects it (loaded after app.js): Enter runs
+// The input line as a person expects it: Enter runs
 // the command, Shift+Enter adds a line and a paste keeps its lines; Ctrl-U
 // empties the line; Ctrl-L and a `clear` command clear the view while the
 // history stays (the commands stay in the page, hidden, so ↑ still recalls
-// them); the prompt shows the session's directory.
+// them); the prompt shows the session's directory; a command the server
+// refuses comes back to the line.
 "use strict";
 
 const MAX_ROWS = 10;
@@ -89,6 +90,26 @@ $("#command").addEventListener("keydown", (event) => {
 });
 
 $("#command").addEventListener("input", fitInput);
+
+// Sending empties the line and ends a recall (an empty line is not sent);
+// a command the server refused comes back, to be fixed and sent again.
+let lastSent = "";
+
+document.body.addEventListener("htmx:configRequest", (event) => {
+  if (event.detail.elt.id !== "command-form") return;
+  const command = event.detail.parameters.p_command;
+  if (!command || !command.trim()) { event.preventDefault(); return; }
+  lastSent = command;
+  recall.reset();
+  $("#command").value = "";
+});
+
+document.body.addEventListener("htmx:responseError", (event) => {
+  if (event.detail.elt.id !== "command-form") return;
+  const input = $("#command");
+  if (!input.value) input.value = lastSent;
+});
+
 document.body.addEventListener("htmx:afterRequest", fitInput);
 
 // Fragments arrive from htmx and from the live loop; whichever way, keep

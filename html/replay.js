@@ -1,4 +1,4 @@
-// Replay (loaded after app.js): "replay from here" on a command re-runs the
+// Replay: "replay from here" on a command re-runs the
 // session's commands from it in a new session, and the comparison view
 // shows each replayed command beside its original (shell_api.
 // replay_comparison): exit codes and outputs, differences highlighted. It

@@ -1,7 +1,8 @@
-// A running command in the page (loaded after app.js): its elapsed time
-// against the time limit, counted here from the start the server sent
-// (data-started, data-limit), and a stop control by the input line that is
-// there, on a phone too, whenever a command of the session is unfinished.
+// A running command in the page: its elapsed time against the time limit,
+// counted here from the start the server sent (data-started, data-limit),
+// and the ways to stop it: a stop control by the input line that is there,
+// on a phone too, whenever a command of the session is unfinished, its own
+// cancel button, and Ctrl-C on the input line.
 "use strict";
 
 function elapsedWords(article) {
@@ -22,6 +23,31 @@ setInterval(tickRunning, 1000);
 new MutationObserver(tickRunning).observe($("#scrollback"), { childList: true });
 
 $("#stop").addEventListener("click", () => {
+  const id = terminal.activeCommand();
+  if (id) cancel(id);
+});
+
+async function cancel(id) {
+  try {
+    await rpc("cancel_command", { args: { p_command_id: Number(id) } });
+  } catch (error) { fail(error); }
+}
+
+$("#scrollback").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-cancel]");
+  if (!button) return;
+  button.disabled = true;
+  cancel(button.dataset.cancel);
+});
+
+$("#command").addEventListener("keydown", (event) => {
+  if (!(event.ctrlKey && !event.metaKey && !event.altKey && event.key.toLowerCase() === "c")) return;
+  // With text selected in the line, Ctrl-C copies; otherwise it is the
+  // shell's interrupt: cancel the running command and clear the line.
+  const input = event.target;
+  if (input.selectionStart !== input.selectionEnd) return;
+  event.preventDefault();
+  input.value = "";
   const id = terminal.activeCommand();
   if (id) cancel(id);
 });

@@ -1,8 +1,31 @@
-// The session list's items (loaded after app.js): each session with where
-// it came from (a fork of a session at a command, a replay of a session)
-// and what came from it, linked both ways; rename in place; archive with a
-// second click to confirm. And the same lineage above an open terminal.
+// The session list: each session with where it came from (a fork of a
+// session at a command, a replay of a session) and what came from it,
+// linked both ways; rename in place; archive with a second click to
+// confirm; a new session. And the same lineage above an open terminal.
 "use strict";
+
+const sessions = {
+  async open() {
+    show("sessions-view");
+    $("#where").textContent = "sessions";
+    try {
+      const list = await rpc("list_sessions", { get: true });
+      const ul = $("#session-list");
+      ul.replaceChildren(...sessionItems(list));
+      if (!list.length) ul.innerHTML = '<li class="empty">No sessions yet.</li>';
+    } catch (error) { fail(error); }
+  },
+};
+
+$("#new-session-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const name = event.target.p_name.value.trim();
+  try {
+    const id = await rpc("create_session", { args: name ? { p_name: name } : {} });
+    event.target.reset();
+    location.hash = `#session=${id}`;
+  } catch (error) { fail(error); }
+});
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);

@@ -1,0 +1,112 @@
+// The open session: opening and closing it, its name in the header, its
+// history a page at a time ("load earlier" above the oldest shown), and the
+// command still to finish. What arrives later is live.js's; how fragments
+// are put into the scrollback is scrollback.js's.
+"use strict";
+
+const ACTIVE = new Set(["pending", "claimed", "running"]);
+const PAGE = 100;      // commands per page of history
+
+const terminal = {
+  sessionId: null,
+  generation: 0,      // bumps on every open/close so a stale answer or loop stops
+  earliestId: null,   // the oldest command id loaded (page or ↑), or null before any
+  moreEarlier: false, // whether commands older than earliestId exist
+
+  close() {
+    this.generation += 1;
+    live.stop();
+    this.sessionId = null;
+    files.close();
+  },
+
+  async open(id) {
+    this.close();
+    const generation = this.generation;
+    this.sessionId = id;
+    this.earliestId = null;
+    this.moreEarlier = false;
+    recall.forget();
+    $("#session-id").value = id;
+    $("#scrollback").replaceChildren();
+    $("#where").textContent = id;
+    show("terminal-view");
+    files.open(id);
+    $("#command").focus();
+    rpc("list_sessions", { get: true }).then((list) => {
+      const s = list.find((x) => x.id === id);
+      if (s && generation === this.generation) $("#where").textContent = s.name || id;
+    }).catch(() => {});
+    try {
+      const html = await rpc("latest_output_html", { get: true, html: true,
+        args: { p_session_id: id, p_since_id: 0, p_limit: PAGE } });
+      if (generation !== this.generation) return;
+      const count = applyFragments(html, true);
+      this.noteEarliest(count);
+      live.follow(generation);
+    } catch (error) {
+      if (generation === this.generation) fail(error);
+    }
+  },
+
+  // After a page of history: where "load earlier" and ↑ continue from.
+  noteEarliest(count) {
+    const first = $("#scrollback article.cmd");
+    if (first) this.earliestId = Number(first.dataset.id);
+    this.moreEarlier = count >= PAGE;
+    showLoadEarlier(this.moreEarlier);
+  },
+
+  // The page of history before the oldest command shown, put above it
+  // without moving what is on screen.
+  async loadEarlier() {
+    if (!this.moreEarlier || this.earliestId === null) return;
+    const generation = this.generation;
+    const before = this.earliestId;
+    const html = await rpc("latest_output_html", { get: true, html: true,
+      args: { p_session_id: this.sessionId, p_since_id: 0, p_limit: PAGE, p_before_id: before } });
+    if (generation !== this.generation) return;
+    const box = $("#scrollback");
+    const fromBottom = box.scrollHeight - box.scrollTop;
+    const count = applyFragments(html, true);
+    box.scrollTop = box.scrollHeight - fromBottom;
+    recall.shown(Number($("#scrollback article.cmd").dataset.id));
+    this.noteEarliest(count);
+  },
+
+  activeCommand() {
+    const active = [...$("#scrollback").querySelectorAll("article.cmd")]
+      .filter((a) => ACTIVE.has(a.dataset.status));
+    // The running one first (it is the oldest active), else the newest queued.
+    return active.length ? active[0].dataset.id : null;
+  },
+};
+
+function showLoadEarlier(visible) {
+  const box = $("#scrollback");
+  let row = box.querySelector(":scope > .earlier");
+  if (!visible) { if (row) row.remove(); return; }
+  if (!row) {
+    row = document.createElement("p");
+    row.className = "earlier";
+    const button = document.createElement("button");
+    button.type = "button";
+    button.id = "load-earlier";
+    button.textContent = "load earlier commands";
+    row.append(button);
+  }
+  box.prepend(row);
+}
+
+$("#scrollback").addEventListener("click", async (event) => {
+  const button = event.target.closest("#load-earlier");
+  if (!button) return;
+  button.disabled = true;
+  try {
+    await terminal.loadEarlier();
+  } catch (error) {
+    fail(error);
+  } finally {
+    button.disabled = false;
+  }
+});
