@@ -5,9 +5,16 @@
 "use strict";
 
 const sessions = {
-  async open() {
+  // The list shown on the last visit goes at once: it would take clicks
+  // (rename, archive) that the fresh list then wipes out.
+  open() {
     show("sessions-view");
     $("#where").textContent = "sessions";
+    $("#session-list").replaceChildren();
+    return this.refresh();
+  },
+
+  async refresh() {
     try {
       const list = await rpc("list_sessions", { get: true });
       const ul = $("#session-list");
@@ -96,7 +103,7 @@ $("#session-list").addEventListener("click", async (event) => {
   const li = event.target.closest("li[data-id]");
   if (!li) return;
   if (event.target.matches("button.rename")) renameForm(li);
-  else if (event.target.matches("button.cancel-rename")) sessions.open();
+  else if (event.target.matches("button.cancel-rename")) sessions.refresh();
   else if (event.target.matches("button.archive")) {
     const button = event.target;
     if (!button.classList.contains("confirm")) {
@@ -108,7 +115,7 @@ $("#session-list").addEventListener("click", async (event) => {
     try {
       await rpc("archive_session", { args: { p_session_id: li.dataset.id } });
       showStatus("Session archived: its history is kept, and it no longer counts toward your quota.", false);
-      sessions.open();
+      sessions.refresh();
     } catch (error) { fail(error); }
   }
 });
@@ -119,7 +126,7 @@ $("#session-list").addEventListener("submit", async (event) => {
   try {
     await rpc("rename_session", { args: { p_session_id: li.dataset.id, p_name: event.target.p_name.value } });
     showStatus("");
-    sessions.open();
+    sessions.refresh();
   } catch (error) { fail(error); }
 });
 
