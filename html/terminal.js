@@ -31,6 +31,7 @@ const terminal = {
     $("#scrollback").replaceChildren();
     $("#where").textContent = id;
     show("terminal-view");
+    warmSession(id);
     files.open(id);
     $("#command").focus();
     rpc("list_sessions", { get: true }).then((list) => {
@@ -81,6 +82,14 @@ const terminal = {
     return active.length ? active[0].dataset.id : null;
   },
 };
+
+// Asks the executors to start the session's next container now, while the
+// person reads and types, so the first command does not wait for one. Only
+// a hint: nothing waits for it, and its answer and any error (a server
+// without the function included) are ignored.
+function warmSession(id) {
+  rpc("warm_session", { args: { p_session_id: id } }).catch(() => {});
+}
 
 function showLoadEarlier(visible) {
   const box = $("#scrollback");
