@@ -1,6 +1,7 @@
 """The gateway under an anonymous attacker: how much its peak resident
 memory grows while it refuses a 64 MiB POST (announced by Content-Length, and sent
-chunked), and how long a half-sent request holds a connection.
+chunked), and how long a half-sent request, and a body trickled a byte a
+second, hold a connection.
 
 `--code DIR` runs the gateway from another source tree, to compare with an
 earlier version: `git archive REV | tar -x -C DIR`. Needs DATABASE_URL (a
@@ -26,7 +27,13 @@ import httpx
 
 from bench.common import REPO, Report, add_dsn_option, migrated_database, require_dsn
 from tests.fixtures_stack import authenticator_dsn, free_port
-from tests.gateway.raw_http import closed_within, post_huge, rss_bytes, status_of
+from tests.gateway.raw_http import (
+    closed_within,
+    post_huge,
+    rss_bytes,
+    status_of,
+    trickled_until_closed,
+)
 
 MiB = 1024 * 1024
 ATTACK_BYTES = 64 * MiB
@@ -62,6 +69,18 @@ def time_to_drop(port: int) -> float | None:
         return closed_within(sock, SLOW_WAIT_S)
 
 
+def time_to_drop_trickled_body(port: int) -> float | None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /rpc/login HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        return trickled_until_closed(sock, b" ", SLOW_WAIT_S)
+
+
+def emit_drop(report: Report, metric: str, dropped: float | None, code: str) -> None:
+    """None: still open after SLOW_WAIT_S."""
+    report.emit({"metric": metric, "value": None if dropped is None else round(dropped, 2),
+                 "unit": "s", "waited_s": SLOW_WAIT_S, "code": code})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_dsn_option(parser)
@@ -84,9 +103,10 @@ def main() -> None:
                                    status=status, code=code)
             report.log("sending half a request")
             dropped = time_to_drop(port)
-            report.emit({"metric": "half_sent_request_dropped_after",
-                         "value": None if dropped is None else round(dropped, 2), "unit": "s",
-                         "waited_s": SLOW_WAIT_S, "code": code})
+            emit_drop(report, "half_sent_request_dropped_after", dropped, code)
+            report.log("trickling a body, a byte a second")
+            emit_drop(report, "trickled_body_dropped_after", time_to_drop_trickled_body(port),
+                      code)
             report.emit_figure("rss_after", rss_bytes(proc.pid) / MiB, "MiB", code=code)
         finally:
             proc.send_signal(signal.SIGTERM)

@@ -81,6 +81,10 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=30,
         description="a request body that stalls this long, or an idle keep-alive connection, "
                     "is closed")
+    min_body_rate: int = Field(
+        default=16 * 1024, ge=1,
+        description="bytes a second a request body must average once `PG_SHELL_IDLE_TIMEOUT_S` "
+                    "has passed; a slower one (a byte now and then) is closed")
     max_connections: int = Field(
         default=256, ge=2,
         description="connections `pg-shell serve` holds at once; a request beyond them gets 503")

@@ -32,7 +32,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     app = create_app(settings, dsn)
     uvicorn.run(app, host=args.host or settings.listen_host, port=args.port or settings.listen_port,
                 log_level="info", access_log=False,
-                http=guarded_protocol(settings.header_timeout_s, settings.idle_timeout_s),
+                http=guarded_protocol(settings.header_timeout_s, settings.idle_timeout_s,
+                                     settings.min_body_rate),
                 timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
                 limit_concurrency=settings.max_connections)
     return 0

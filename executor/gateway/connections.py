@@ -7,7 +7,10 @@ then. This protocol adds two deadlines:
   connection opening or of the previous answer (trickling bytes does not
   extend it);
 - a request body that stalls for `idle_timeout_s` is dropped (each chunk
-  re-arms it).
+  re-arms it);
+- a request body must keep up an average of `min_body_rate` bytes a second
+  once `idle_timeout_s` has passed: a byte now and then re-arms the stall
+  deadline, but does not hold a connection for as long as it likes.
 
 A request whose bytes have all arrived is never timed out here: a long-poll
 waits for the database, not for its client."""
@@ -26,7 +29,10 @@ log = logging.getLogger(__name__)
 class GuardedH11Protocol(H11Protocol):
     header_timeout_s = 10.0
     idle_timeout_s = 10.0
+    min_body_rate = 16 * 1024  # bytes a second
     guard: asyncio.TimerHandle | None = None
+    body_started: float | None = None  # loop time the request's body began
+    body_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -36,9 +42,17 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         state = self.conn.their_state
         if state is h11.SEND_BODY:
-            self.arm(self.idle_timeout_s)
+            self.arm(min(self.idle_timeout_s, self.body_deadline(len(data)) - self.loop.time()))
         elif state is not h11.IDLE:  # the request is complete (or the connection ends)
+            self.body_started = None
             self.disarm()
+
+    def body_deadline(self, received: int) -> float:
+        """When the body so far would fall below the minimum rate."""
+        if self.body_started is None:
+            self.body_started, self.body_bytes = self.loop.time(), 0
+        self.body_bytes += received
+        return self.body_started + self.idle_timeout_s + self.body_bytes / self.min_body_rate
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -67,7 +81,9 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def guarded_protocol(header_timeout_s: float, idle_timeout_s: float) -> type[H11Protocol]:
+def guarded_protocol(header_timeout_s: float, idle_timeout_s: float,
+                     min_body_rate: int) -> type[H11Protocol]:
     """The protocol class to give uvicorn (`http=`), with these deadlines."""
     return type("GuardedH11Protocol", (GuardedH11Protocol,),
-                {"header_timeout_s": header_timeout_s, "idle_timeout_s": idle_timeout_s})
+                {"header_timeout_s": header_timeout_s, "idle_timeout_s": idle_timeout_s,
+                 "min_body_rate": min_body_rate})

@@ -78,3 +78,17 @@ def closed_within(sock: socket.socket, timeout: float) -> float | None:
     except ConnectionResetError:
         pass
     return time.monotonic() - start
+
+
+def trickled_until_closed(sock: socket.socket, piece: bytes, wait_s: float) -> float | None:
+    """Sends ``piece`` about once a second (well inside any stall deadline);
+    the seconds until the server closed the connection, or None after ``wait_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < wait_s:
+        try:
+            sock.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            return time.monotonic() - start
+        if closed_within(sock, 1) is not None:
+            return time.monotonic() - start
+    return None

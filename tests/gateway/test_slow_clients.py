@@ -1,5 +1,5 @@
 """Connections: a half-sent request is dropped within 30 s (header timeout,
-and idle timeout while a body stalls), connections are capped with 503
+idle timeout while a body stalls, minimum rate while it trickles), connections are capped with 503
 beyond the cap, and HEAD runs read-only functions only. Attacked on the real
 gateway with bare sockets; the times measured are printed, not asserted
 (bench/gateway_abuse.py reports them)."""
@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures_stack import Gateway
 from tests.gateway.api import bearer, new_session, rpc
-from tests.gateway.raw_http import closed_within
+from tests.gateway.raw_http import closed_within, trickled_until_closed
 
 pytestmark = pytest.mark.postgres
 
@@ -34,17 +34,9 @@ def test_a_request_whose_headers_never_end_is_closed(gateway: Gateway) -> None:
 def test_trickling_header_bytes_does_not_extend_the_deadline(gateway: Gateway) -> None:
     with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
         sock.sendall(b"POST /rpc/login HTTP/1.1\r\n")
-        start = time.monotonic()
-        closed = False
-        while time.monotonic() - start < PROMISE_S and not closed:
-            try:
-                sock.sendall(b"X-Slow: 1\r\n")
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-                break
-            closed = closed_within(sock, 1) is not None
-    assert closed, "a client trickling header lines kept its connection for 30 s"
-    print(f"trickling client dropped after {time.monotonic() - start:.1f} s")
+        waited = trickled_until_closed(sock, b"X-Slow: 1\r\n", PROMISE_S)
+    assert waited is not None, "a client trickling header lines kept its connection for 30 s"
+    print(f"trickling client dropped after {waited:.1f} s")
 
 
 def test_a_stalled_body_is_closed(gateway: Gateway) -> None:
@@ -54,6 +46,15 @@ def test_a_stalled_body_is_closed(gateway: Gateway) -> None:
         waited = closed_within(sock, PROMISE_S)
     assert waited is not None, "the stalled body was still open after 30 s"
     print(f"stalled body dropped after {waited:.1f} s")
+
+
+def test_a_body_trickled_a_byte_at_a_time_is_closed(gateway: Gateway) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(b"POST /rpc/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n")
+        waited = trickled_until_closed(sock, b" ", PROMISE_S)  # far below the minimum body rate
+    assert waited is not None, "a body sent a byte a second kept its connection for 30 s"
+    print(f"trickled body dropped after {waited:.1f} s")
 
 
 def test_a_complete_request_is_answered_however_long_it_takes(
