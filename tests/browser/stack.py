@@ -90,7 +90,9 @@ class Terminal:
         return self.page.locator("#" + article.get_attribute("id"))
 
     def wait_finished(self, article: Any) -> Any:
-        self.expect(article).to_have_attribute("data-status", FINISHED)
+        # A minute, as the tests' default: bench.ui sets no default, and a
+        # streaming command on a busy machine outlasts Playwright's 5 s.
+        self.expect(article).to_have_attribute("data-status", FINISHED, timeout=60_000)
         return article
 
     def run(self, command: str) -> Any:
