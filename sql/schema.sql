@@ -111,54 +111,88 @@ END
 $$;
 
 CREATE FUNCTION shell.ansi_html(t text) RETURNS text
-    LANGUAGE plpgsql IMMUTABLE
+    LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
+    SELECT (shell.ansi_scan(t, true)).html
+$$;
+
+CREATE FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO ''
+    AS $_$
 DECLARE
     sgr constant text := E'\x1b\\[([0-9;]*)m';
-    other_escapes constant text := E'\x1b(\\[[0-9;?]*[ -/]*[@-~]|\\][^\x07\x1b]*(\x07|\x1b\\\\)?|.)?';
+    -- ESC ESC is a lone ESC and the start of the next escape, as a
+    -- terminal reads it; so cut between the two, pieces show what the whole does.
+    other_escapes constant text := E'\x1b(\\[[0-9;?]*[ -/]*[@-~]|\\][^\x07\x1b]*(\x07|\x1b\\\\)?|[^\x1b])?';
+    -- At the very end: a lone ESC, a control sequence before its final
+    -- byte, an OSC string before its terminator.
+    unfinished constant text := E'\x1b(?:\\[[0-9;?]*[ -/]*|\\][^\x07\x1b]*)?$';
     pieces text[] := '{}';
-    fg text := '';
-    bg text := '';
+    fg integer;
+    bg integer;
     bold boolean := false;
+    pending text;
     classes text;
     segment text;
     codes text;
     code text;
     n integer;
 BEGIN
-    IF t IS NULL OR t = '' THEN
-        RETURN '';
+    html := '';
+    state := '';
+    IF t IS NULL OR strpos(t, E'\x1b') = 0 THEN
+        IF p_html THEN
+            html := shell.html_escape(t);
+        END IF;
+        RETURN;
     END IF;
-    IF strpos(t, E'\x1b') = 0 THEN
-        RETURN shell.html_escape(t);
+    pending := substring(t FROM unfinished);
+    IF pending IS NOT NULL THEN
+        t := left(t, -length(pending));
     END IF;
+    -- The state needs only the codes: without the HTML, no split (each
+    -- segment is then NULL).
     FOR segment, codes IN
         SELECT u.part, u.codes
-        FROM unnest(regexp_split_to_array(t, sgr),
+        FROM unnest(CASE WHEN p_html THEN regexp_split_to_array(t, sgr) END,
                     ARRAY(SELECT m[1] FROM regexp_matches(t, sgr, 'g') AS m)) AS u(part, codes)
     LOOP
-        segment := regexp_replace(segment, other_escapes, '', 'g');
-        IF segment <> '' THEN
-            classes := concat_ws(' ', nullif(fg, ''), nullif(bg, ''), CASE WHEN bold THEN 'ansi-bold' END);
-            pieces := pieces || CASE WHEN classes = '' THEN shell.html_escape(segment)
-                ELSE format('<span class="%s">%s</span>', classes, shell.html_escape(segment)) END;
+        IF p_html THEN
+            segment := regexp_replace(segment, other_escapes, '', 'g');
+            IF segment <> '' THEN
+                classes := concat_ws(' ', 'ansi-fg-' || fg, 'ansi-bg-' || bg,
+                                     CASE WHEN bold THEN 'ansi-bold' END);
+                pieces := pieces || CASE WHEN classes = '' THEN shell.html_escape(segment)
+                    ELSE format('<span class="%s">%s</span>', classes, shell.html_escape(segment)) END;
+            END IF;
         END IF;
         CONTINUE WHEN codes IS NULL;
         FOREACH code IN ARRAY string_to_array(CASE WHEN codes = '' THEN '0' ELSE codes END, ';') LOOP
+            CONTINUE WHEN length(ltrim(code, '0')) > 3;
             n := nullif(code, '')::integer;
-            IF n IS NULL OR n = 0 THEN fg := ''; bg := ''; bold := false;
+            IF n IS NULL OR n = 0 THEN fg := NULL; bg := NULL; bold := false;
             ELSIF n = 1 THEN bold := true;
             ELSIF n = 22 THEN bold := false;
-            ELSIF n BETWEEN 30 AND 37 OR n BETWEEN 90 AND 97 THEN fg := 'ansi-fg-' || n;
-            ELSIF n = 39 THEN fg := '';
-            ELSIF n BETWEEN 40 AND 47 OR n BETWEEN 100 AND 107 THEN bg := 'ansi-bg-' || n;
-            ELSIF n = 49 THEN bg := '';
+            ELSIF n BETWEEN 30 AND 37 OR n BETWEEN 90 AND 97 THEN fg := n;
+            ELSIF n = 39 THEN fg := NULL;
+            ELSIF n BETWEEN 40 AND 47 OR n BETWEEN 100 AND 107 THEN bg := n;
+            ELSIF n = 49 THEN bg := NULL;
             END IF;
         END LOOP;
     END LOOP;
-    RETURN array_to_string(pieces, '');
+    html := array_to_string(pieces, '');
+    state := concat_ws(';', CASE WHEN bold THEN 1 END, fg, bg);
+    state := CASE WHEN state = '' THEN '' ELSE E'\x1b[' || state || 'm' END || coalesce(pending, '');
 END
+$_$;
+
+CREATE FUNCTION shell.ansi_state(t text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT (shell.ansi_scan(t, false)).state
 $$;
 
 CREATE FUNCTION shell.append_output(p_command_id bigint, p_worker_id text, p_attempt integer, p_seq integer, p_data text, p_notify boolean DEFAULT true) RETURNS void
@@ -1098,6 +1132,36 @@ CREATE FUNCTION shell.outcome_words(c shell.commands, p_limit_s numeric) RETURNS
         CASE WHEN c.truncated THEN 'output truncated' END)
 $$;
 
+CREATE FUNCTION shell.output_before(c shell.commands, p_at bigint, p_bytes integer) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    joined text;
+    joined_from bigint;
+    b bytea;
+    e integer;
+    s integer;
+BEGIN
+    SELECT string_agg(ch.data, '' ORDER BY ch.seq), min(ch.upto - octet_length(ch.data))
+    INTO joined, joined_from
+    FROM (SELECT o.seq, o.data, sum(octet_length(o.data)) OVER (ORDER BY o.seq) AS upto
+          FROM shell.output_chunks o WHERE o.command_id = c.id) ch
+    WHERE ch.upto > p_at - p_bytes AND ch.upto - octet_length(ch.data) < p_at;
+    IF joined IS NULL THEN  -- output stored whole, never streamed
+        joined := coalesce(c.output, '');
+        joined_from := 0;
+    END IF;
+    b := convert_to(joined, 'UTF8');
+    e := least(p_at - joined_from, length(b));
+    s := greatest(e - p_bytes, 0);
+    WHILE s < e AND get_byte(b, s) BETWEEN 128 AND 191 LOOP  -- inside a character
+        s := s + 1;
+    END LOOP;
+    RETURN convert_from(substring(b FROM s + 1 FOR e - s), 'UTF8');
+END
+$$;
+
 CREATE FUNCTION shell.output_of(c shell.commands) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO ''
@@ -1505,6 +1569,7 @@ CREATE FUNCTION shell.render_piece(r shell.listing_row) RETURNS text
     SET search_path TO ''
     AS $$
 DECLARE
+    colour_window constant integer := 65536;
     c shell.commands := r.c;
     piece_end bigint := r.piece_from + octet_length(r.piece);
     html text;
@@ -1512,6 +1577,9 @@ BEGIN
     -- render_command shows c.output when it is set: the piece stands in
     -- for the whole output.
     c.output := r.piece;
+    IF r.piece_from > 0 AND r.piece <> '' THEN
+        c.output := shell.ansi_state(shell.output_before(r.c, r.piece_from, colour_window)) || r.piece;
+    END IF;
     c.command := r.command;
     html := shell.render_command(c);
     html := regexp_replace(html, '<pre class="out"',
