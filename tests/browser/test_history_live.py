@@ -1,7 +1,8 @@
 """The page's live updates and history (DESIGN.md §12), in headless Chromium
 at desktop and phone sizes: a running command's output is appended (bytes
 sent stay near the output's size, a selection in it survives, the live
-region announces only what is new), "load earlier" and ↑ reach the whole
+region announces only what is new, colours and escapes cut between its
+pieces show as in one piece), "load earlier" and ↑ reach the whole
 history, and long or cut outputs are collapsed behind "show all"."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.browser.stack import Terminal
+from tests.db.ansi_helpers import pieces, runs
 from tests.db.api_helpers import run
 from tests.fixtures_stack import Gateway
 from tests.support import create_user, one, tenant
@@ -93,6 +95,44 @@ def test_running_output_is_appended_keeping_a_selection_and_announcing_only_new_
     output_bytes = len("".join(f"line{i}\n" for i in range(1, 9)))
     sizes = [r.sizes()["responseBodySize"] for r in feed]
     assert sum(sizes) <= 1.2 * output_bytes + 1500 * len(sizes), (sizes, output_bytes)
+
+
+def test_coloured_output_streamed_in_pieces_keeps_its_colours_with_nothing_stray(
+        open_terminal: OpenTerminal) -> None:
+    term = open_terminal("alice")
+    term.new_session()
+    feed: list[Any] = []
+    term.page.on("requestfinished", lambda r: feed.append(r)
+                 if "/rpc/session_changes_html" in r.url else None)
+    # Each write ends inside an escape or inside a colour, a second before
+    # the next one: the feed sends them as separate pieces.
+    article = term.submit("printf 'collecting \\033[3'; sleep 1; "
+                          "printf '2m3 items\\033[0m\\ntest_a \\033[1;3'; sleep 1; "
+                          "printf '2mPASS'; sleep 1; printf 'ED\\033[0m\\n'")
+    term.wait_finished(article)
+    expected = [("", "collecting "), ("ansi-fg-32", "3 items"), ("", "\ntest_a "),
+                ("ansi-fg-32 ansi-bold", "PASSED"), ("", "\n")]
+    # The feed's pieces, put together as the page does: each one that starts
+    # where the text so far ends is appended.
+    joined, end, with_output = "", 0, 0
+    for request in feed:
+        for piece_from, piece_end, _total, inner in pieces(request.response().text()):
+            if piece_from == end:
+                joined += inner
+                end = piece_end
+                with_output += piece_end > piece_from
+    assert with_output >= 3, with_output
+    assert runs(joined) == expected
+    # And the page shows just that.
+    shown = article.locator("pre.out").evaluate("""pre => [...pre.childNodes].map(
+        n => [n.nodeType === 1 ? n.className : '', n.textContent])""")
+    merged: list[tuple[str, str]] = []
+    for classes, text in shown:
+        if merged and merged[-1][0] == classes:
+            merged[-1] = (classes, merged[-1][1] + text)
+        else:
+            merged.append((classes, text))
+    assert merged == expected
 
 
 def test_load_earlier_and_arrow_up_reach_the_whole_history(
