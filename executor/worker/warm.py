@@ -18,6 +18,9 @@ from executor.errors import PgShellError
 from executor.sandbox import Sandbox, SandboxError, Started
 
 log = logging.getLogger(__name__)
+# How long a command waits for its session's warm container being started;
+# past it (an engine this slow), the command starts one of its own.
+TAKE_WAIT_S = 60.0
 
 
 class WarmPool:
@@ -27,7 +30,10 @@ class WarmPool:
         self._max = max_count
         self._idle_s = idle_s
         self._held: dict[str, Started] = {}  # by session id
-        self._starting: set[str] = set()
+        self._queued: set[str] = set()  # reserved, waiting for the starter
+        # Being started now; the event is set once the start has ended (its
+        # container held, or none).
+        self._starting: dict[str, threading.Event] = {}
         self._in_use: set[str] = set()  # ids of taken containers whose command still runs
         self._lock = threading.Lock()
         self._closed = False
@@ -51,49 +57,77 @@ class WarmPool:
         host claiming prefers for it, or becomes it (``claim``), the
         session's next container starts now, before its command exists."""
         if self._reserve(session_id):
-            self._starter.submit(self._adopt_and_start, session_id, image, claim)
+            self._starter.submit(self._start, session_id, image, claim)
 
     def _reserve(self, session_id: str) -> bool:
         with self._lock:
-            if (self._closed or session_id in self._held or session_id in self._starting
-                    or len(self._held) + len(self._starting) >= self._max):
+            busy = len(self._held) + len(self._queued) + len(self._starting)
+            if (self._closed or session_id in self._held or session_id in self._queued
+                    or session_id in self._starting or busy >= self._max):
                 return False
-            self._starting.add(session_id)
+            self._queued.add(session_id)
             return True
 
-    def _adopt_and_start(self, session_id: str, image: str, claim: Callable[[str], bool]) -> None:
+    def _start(self, session_id: str, image: str,
+               claim: Callable[[str], bool] | None = None) -> None:
+        if not self._begin(session_id):
+            return
+        started = None
         try:
-            adopted = claim(session_id)
+            if claim is None or self._adopted(session_id, claim):
+                started = self._warm(session_id, image)
+        finally:
+            self._end(session_id, started)
+
+    @staticmethod
+    def _adopted(session_id: str, claim: Callable[[str], bool]) -> bool:
+        try:
+            return claim(session_id)
         except PgShellError as exc:
             log.warning("could not adopt session_id=%s: %s", session_id, exc)
-            adopted = False
-        if adopted:
-            self._start(session_id, image)
-        else:
-            with self._lock:
-                self._starting.discard(session_id)
+            return False
 
-    def _start(self, session_id: str, image: str) -> None:
+    def _begin(self, session_id: str) -> bool:
+        """A queued start begins, unless a command took its place meanwhile."""
+        with self._lock:
+            if session_id not in self._queued:
+                return False
+            self._queued.discard(session_id)
+            if self._closed:
+                return False
+            self._starting[session_id] = threading.Event()
+            return True
+
+    def _warm(self, session_id: str, image: str) -> Started | None:
         try:
-            started = self._sandbox.warm(session_id, self._worker_id, image)
+            return self._sandbox.warm(session_id, self._worker_id, image)
         except SandboxError as exc:
             log.warning("no warm container for session_id=%s: %s", session_id, exc)
-            with self._lock:
-                self._starting.discard(session_id)
-            return
+            return None
+
+    def _end(self, session_id: str, started: Started | None) -> None:
         with self._lock:
-            self._starting.discard(session_id)
+            done = self._starting.pop(session_id)
             keep = not self._closed and session_id not in self._held
-            if keep:
+            if started is not None and keep:
                 self._held[session_id] = started
-        if not keep:
+        done.set()  # after it is held: a command waiting for it takes it now
+        if started is not None and not keep:
             self._waste(started, "shutdown")
 
     def take(self, session_id: str, image: str) -> Started | None:
         """The session's warm container for a command on ``image``, if one
-        is held and still waits; it leaves the pool (used once)."""
+        is held and still waits, or is being started now (waiting for it
+        costs less than a second start beside it on the engine); it leaves
+        the pool (used once). One still queued is not started."""
         with self._lock:
             started = self._held.pop(session_id, None)
+            self._queued.discard(session_id)
+            starting = self._starting.get(session_id)
+        if started is None and starting is not None:
+            starting.wait(TAKE_WAIT_S)
+            with self._lock:
+                started = self._held.pop(session_id, None)
         if started is None:
             metrics.WARM_MISSES.labels("none").inc()
             return None

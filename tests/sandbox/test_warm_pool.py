@@ -1,0 +1,113 @@
+"""The warm pool against the real engine, when a command comes for a session
+whose warm start has not finished: one being started is waited for and
+used (no second container beside it), one still queued is never made.
+
+The sandbox here holds each warm start at its beginning until the test lets
+it go, so the command provably arrives while the start is in progress; the
+start itself is the real one."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import docker
+import pytest
+
+from executor.sandbox import RunRequest, Sandbox, Started
+from executor.sandbox.spec import LABEL_SESSION
+from executor.sandbox.volumes import LoopVolumes
+from executor.worker.warm import WarmPool
+from tests.sandbox.conftest import PREFIX, SHELL_ROOT
+from tests.support import wait_for
+
+HANG = 120  # seconds: only proves that something did not hang
+
+
+class HeldStarts(Sandbox):
+    """A real sandbox whose warm starts wait at their beginning for ``go``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.entered: dict[str, threading.Event] = {}
+        self.go: dict[str, threading.Event] = {}
+
+    def hold(self, session_id: str) -> None:
+        self.entered[session_id] = threading.Event()
+        self.go[session_id] = threading.Event()
+
+    def warm(self, session_id: str, worker_id: str, image: str) -> Started:
+        if session_id in self.go:
+            self.entered[session_id].set()
+            self.go[session_id].wait(HANG)
+        return super().warm(session_id, worker_id, image)
+
+
+@pytest.fixture
+def held(make_sandbox: Callable[..., Sandbox]) -> HeldStarts:
+    made = make_sandbox()  # its state directory is the fixtures' to clean up
+    quota = "loop" if isinstance(made.volumes, LoopVolumes) else "none"
+    return HeldStarts(made.limits, shell_root=SHELL_ROOT, disk_quota=quota,
+                      volume_dir=str(made.volumes.state_dir), scope=PREFIX)
+
+
+@pytest.fixture
+def pool(held: HeldStarts) -> Iterator[WarmPool]:
+    warm = WarmPool(held, PREFIX, max_count=4, idle_s=300)
+    yield warm
+    for go in held.go.values():
+        go.set()
+    warm.close()
+
+
+def containers_of(docker_client: docker.DockerClient, session_id: str) -> list[str]:
+    found = docker_client.containers.list(
+        all=True, sparse=True, filters={"label": f"{LABEL_SESSION}={session_id}"})
+    return [c.id for c in found]
+
+
+def test_a_command_that_comes_while_its_warm_start_runs_waits_for_it_and_runs_in_it_once(
+        pool: WarmPool, held: HeldStarts, image: str, session_id: str,
+        docker_client: docker.DockerClient) -> None:
+    held.hold(session_id)
+    pool.prepare(session_id, image)
+    assert held.entered[session_id].wait(HANG)  # the start is under way, nothing held yet
+    taken: list[Started | None] = []
+    taker = threading.Thread(target=lambda: taken.append(pool.take(session_id, image)))
+    taker.start()
+    taker.join(0.5)
+    assert taker.is_alive()  # it waits for the start instead of missing it
+    held.go[session_id].set()
+    taker.join(HANG)
+    [started] = taken
+    assert started is not None and started.session_id == session_id
+    assert containers_of(docker_client, session_id) == [started.container_id]
+
+    output: list[str] = []
+    req = RunRequest(command_id=1, session_id=session_id, worker_id=PREFIX,
+                     command="echo ran; pwd", cwd=SHELL_ROOT, env={}, image=image)
+    result = held.run(req, lambda _cid: None, output.append, threading.Event(), warm=started)
+    pool.finished(started)
+    assert (result.exit_code, "".join(output)) == (0, f"ran\n{SHELL_ROOT}\n")
+    assert result.container_id == started.container_id
+    # Used once and never kept: the pool holds nothing for the session.
+    assert pool.count() == 0 and pool.take(session_id, image) is None
+    held.remove_container(result.container_id)
+    assert containers_of(docker_client, session_id) == []
+
+
+def test_a_warm_start_still_queued_when_its_command_comes_is_never_made(
+        pool: WarmPool, held: HeldStarts, image: str, docker_client: docker.DockerClient) -> None:
+    busy, queued, after = (f"{PREFIX}-{name}" for name in ("busy", "queued", "after"))
+    held.hold(busy)
+    pool.prepare(busy, image)
+    assert held.entered[busy].wait(HANG)  # the one starter is busy: the next waits in line
+    pool.prepare(queued, image)
+    assert pool.take(queued, image) is None  # not waited for: its command starts its own
+    pool.prepare(after, image)
+    held.go[busy].set()
+    # One starter takes them in order: once the last is held, the queued one's turn is over.
+    wait_for("the starts after it", lambda: pool.count() == 2)
+    assert containers_of(docker_client, queued) == []
+    assert len(containers_of(docker_client, busy)) == len(containers_of(docker_client, after)) == 1
