@@ -31,7 +31,7 @@ import os
 import re
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -143,6 +143,11 @@ class LoopVolumes:
         self._size = size_bytes
         self.state_dir = Path(state_dir)
         self._lock = threading.Lock()
+        # Called with the session id of each image made here, under the
+        # host-wide lock, before any container can mount it: a new image is
+        # an empty home, and the workspace records that it holds the empty
+        # tree (so the session's first command restores nothing).
+        self.on_made: Callable[[str], None] = lambda _session_id: None
 
     def image_path(self, session_id: str) -> Path:
         return self.state_dir / f"{volume_name(session_id)}.ext4"
@@ -227,6 +232,7 @@ class LoopVolumes:
             _run("debugfs", "-w", "-R", "rmdir lost+found", str(tmp))
             os.replace(tmp, image)
             _mark_owned(self.state_dir, session_id)
+            self.on_made(session_id)
         finally:
             tmp.unlink(missing_ok=True)
         return image

@@ -11,10 +11,12 @@ from typing import Any
 from executor.db.workspace import WorkspaceStore
 from executor.sandbox import RunRequest, RunResult, Sandbox
 from executor.sandbox.protocol import Conversation
+from executor.sandbox.volumes import LoopVolumes
 
-from .cache import HostCache
+from .cache import HostCache, Index
 from .capture import Capture, Captured
 from .restore import RestoreFailed, prepare
+from .tree import EMPTY_TREE
 
 MAX_NOTED_SKIPS = 5
 
@@ -31,6 +33,15 @@ class HostFiles:
         self._sandbox = sandbox
         self._cache = HostCache(cache_dir)
         self._max_bytes = max_bytes
+        # A loop volume starts as an empty filesystem; a plain one as the
+        # image's home, which is not empty, so only the first says so.
+        if isinstance(sandbox.volumes, LoopVolumes):
+            sandbox.volumes.on_made = self._made_empty
+
+    def _made_empty(self, session_id: str) -> None:
+        """The session's copy was made just now (and nothing has mounted
+        it): it holds the empty tree."""
+        self._cache.save(session_id, Index(EMPTY_TREE, {}, {EMPTY_TREE}))
 
     def prepare(self, store: WorkspaceStore, req: RunRequest, root: str | None) -> Capture:
         """Restores the copy if needed (RestoreFailed, SandboxError), then
@@ -38,6 +49,10 @@ class HostFiles:
         def restorer(header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
             return self._sandbox.restore(req, header, tar)
 
+        if self._cache.load(req.session_id) is None:
+            # Perhaps no copy yet: make it before the index is read, so that
+            # a new one is known to be empty, not wiped by a restore.
+            self._sandbox.volumes.volume_for(req.session_id, req.image)
         try:
             index = prepare(store, self._cache, req.session_id, root, restorer)
         except RestoreFailed:
