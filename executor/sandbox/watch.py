@@ -18,10 +18,20 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05  # how often cancel/deadline are checked while output is quiet
 STREAM_GRACE_S = 2.0  # how long to wait for the output stream after exit
 CAPTURE_TIMEOUT_S = 300.0  # for the file scan after the command (up to the disk quota)
+SIGNALLED = 128  # a shell's status from here up: 128 + the signal that ended it
 # (stream, bytes) pieces of the container's output; None: the stream ended.
 Frames = queue.Queue[tuple[int, bytes] | None]
 
 OnOutput = Callable[[str], None]
+
+
+def exit_needed(status: int | None) -> bool:
+    """Whether a run whose supervisor ended the conversation must still wait
+    for its container's exit: when the shell reported no status, or died by
+    a signal (the OOM killer's, which only the engine tells, after the exit).
+    Otherwise the exit (the engine tearing the container down) is not worth
+    a command's time."""
+    return status is None or status >= SIGNALLED
 
 
 def pump(stream: Iterable[tuple[int, bytes]], frames: Frames,
@@ -72,6 +82,8 @@ class Watch:
         stream_done = False
         exited_at: float | None = None
         while not (stream_done and exited.is_set()):
+            if conversation.ended and self.reason is None and not exit_needed(conversation.status):
+                break  # the supervisor has said all it will: the container's exit adds nothing
             now = time.monotonic()
             if ended_at is None and conversation.status is not None:
                 ended_at = now
