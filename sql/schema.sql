@@ -75,9 +75,9 @@ BEGIN
     IF p_host IS NULL OR p_host !~ '^[A-Za-z0-9_.:@-]{1,200}$' THEN
         RAISE EXCEPTION 'invalid host %', left(p_host, 200) USING ERRCODE = '22023';
     END IF;
-    UPDATE shell.lanes l SET cached_on = p_host
+    UPDATE shell.lanes l SET cached_on = p_host, warm_wanted = false
     FROM shell.sessions s
-    WHERE l.session_id = p_session_id AND s.id = l.session_id
+    WHERE l.session_id = p_session_id AND s.id = l.session_id AND l.warm_wanted
       AND (l.cached_on IS NULL OR l.cached_on = p_host)
       AND l.active_command_id IS NULL AND s.root IS NOT NULL AND s.archived_at IS NULL;
     RETURN FOUND;
@@ -2512,8 +2512,15 @@ CREATE FUNCTION shell_api.warm_session(p_session_id uuid) RETURNS void
 DECLARE
     target shell.sessions := shell.owned_session(p_session_id);
 BEGIN
-    IF EXISTS (SELECT FROM shell.lanes l
-               WHERE l.session_id = target.id AND l.pending = 0 AND l.active_command_id IS NULL) THEN
+    IF (SELECT count(*) FROM shell.lanes l
+        WHERE l.user_id = target.user_id AND l.session_id <> target.id
+          AND l.warm_asked_at > now() - interval '1 minute') >= 3 THEN
+        RETURN;
+    END IF;
+    UPDATE shell.lanes l SET warm_wanted = true, warm_asked_at = now()
+    WHERE l.session_id = target.id AND l.pending = 0 AND l.active_command_id IS NULL
+      AND (l.warm_asked_at IS NULL OR l.warm_asked_at < now() - interval '5 seconds');
+    IF FOUND THEN
         PERFORM pg_notify('shell_sessions', target.id::text);
     END IF;
 END
@@ -2582,6 +2589,8 @@ CREATE TABLE shell.lanes (
     chain_seq bigint DEFAULT 0 NOT NULL,
     chain_head text DEFAULT repeat('0'::text, 64) NOT NULL,
     cached_on text,
+    warm_wanted boolean DEFAULT true NOT NULL,
+    warm_asked_at timestamp with time zone,
     CONSTRAINT lanes_pending_check CHECK ((pending >= 0))
 );
 
@@ -2733,6 +2742,8 @@ CREATE INDEX commands_user_output ON shell.commands USING btree (user_id) INCLUD
 CREATE UNIQUE INDEX images_one_current ON shell.images USING btree (is_current) WHERE is_current;
 
 CREATE INDEX lanes_ready ON shell.lanes USING btree (ready_since) WHERE ((pending > 0) AND (active_command_id IS NULL));
+
+CREATE INDEX lanes_warm_asked ON shell.lanes USING btree (user_id, warm_asked_at) WHERE (warm_asked_at IS NOT NULL);
 
 CREATE INDEX login_failures_last_failure ON shell.login_failures USING btree (last_failure);
 

@@ -26,6 +26,7 @@ never runs on the host, where a tenant's link could lead anywhere.
 from __future__ import annotations
 
 import docker
+import requests.exceptions
 from docker.types import LogConfig, Mount
 
 from .engine import engine_errors
@@ -70,7 +71,13 @@ def hand_over(client: docker.DockerClient, image: str, volume: str, session_id: 
         container_id = str(created["Id"])
         try:
             api.start(container_id)
-            status = int(api.wait(container_id, timeout=TIMEOUT_S).get("StatusCode", -1))
+            try:
+                status = int(api.wait(container_id, timeout=TIMEOUT_S).get("StatusCode", -1))
+            except requests.exceptions.ReadTimeout:
+                # Not the engine gone (which is retried): a home this slow
+                # would be handed over again and again.
+                raise VolumeError(f"handing volume {volume} to the sandbox user took over "
+                                  f"{TIMEOUT_S} s") from None
             if status != 0:
                 said = api.logs(container_id, tail=5).decode(errors="replace").strip()
                 raise VolumeError(f"handing volume {volume} to the sandbox user: chown exited "

@@ -18,9 +18,10 @@ from executor.errors import PgShellError
 from executor.sandbox import Sandbox, SandboxError, Started
 
 log = logging.getLogger(__name__)
-# How long a command waits for its session's warm container being started;
-# past it (an engine this slow), the command starts one of its own.
-TAKE_WAIT_S = 60.0
+# How long a command waits for its session's warm container being started
+# (cancel and shutdown wait as long); past it (an engine this slow, or an
+# older volume being handed over), the command starts one of its own.
+TAKE_WAIT_S = 10.0
 
 
 class WarmPool:
@@ -58,6 +59,15 @@ class WarmPool:
         session's next container starts now, before its command exists."""
         if self._reserve(session_id):
             self._starter.submit(self._start, session_id, image, claim)
+        elif self._has(session_id):
+            # Its container is here already: take the request all the same,
+            # so that no other executor of this host starts a second one.
+            self._starter.submit(self._adopted, session_id, claim)
+
+    def _has(self, session_id: str) -> bool:
+        with self._lock:
+            return (session_id in self._held or session_id in self._queued
+                    or session_id in self._starting)
 
     def _reserve(self, session_id: str) -> bool:
         with self._lock:
@@ -103,7 +113,10 @@ class WarmPool:
             return self._sandbox.warm(session_id, self._worker_id, image)
         except SandboxError as exc:
             log.warning("no warm container for session_id=%s: %s", session_id, exc)
-            return None
+        except Exception:
+            # The starter's future would swallow it: say it, and go on.
+            log.exception("warm start failed for session_id=%s", session_id)
+        return None
 
     def _end(self, session_id: str, started: Started | None) -> None:
         with self._lock:
@@ -121,13 +134,13 @@ class WarmPool:
         costs less than a second start beside it on the engine); it leaves
         the pool (used once). One still queued is not started."""
         with self._lock:
-            started = self._held.pop(session_id, None)
+            started = self._hand_out(session_id)
             self._queued.discard(session_id)
             starting = self._starting.get(session_id)
         if started is None and starting is not None:
             starting.wait(TAKE_WAIT_S)
             with self._lock:
-                started = self._held.pop(session_id, None)
+                started = self._hand_out(session_id)
         if started is None:
             metrics.WARM_MISSES.labels("none").inc()
             return None
@@ -140,7 +153,13 @@ class WarmPool:
             metrics.WARM_MISSES.labels("dead").inc()
             return None
         metrics.WARM_HITS.inc()
-        with self._lock:
+        return started
+
+    def _hand_out(self, session_id: str) -> Started | None:
+        """Under the lock: from held to in use in one step, so reaping never
+        sees a taken container in neither."""
+        started = self._held.pop(session_id, None)
+        if started is not None:
             self._in_use.add(started.container_id)
         return started
 
@@ -189,3 +208,5 @@ class WarmPool:
         log.info("removed unused warm container_id=%s session_id=%s: %s",
                  started.container_id[:12], started.session_id, reason)
         self._sandbox.discard(started)
+        with self._lock:
+            self._in_use.discard(started.container_id)  # taken, and found unusable

@@ -106,7 +106,9 @@ $$;
 -- 2. Pieces rendered in the state the output before them left ----------------------
 
 -- At most p_bytes bytes of c's output just before byte p_at (a character
--- boundary), starting on a character. Reads only the chunks that hold them.
+-- boundary), starting on a character. The chunks that hold them are found
+-- from the sizes of all the command's chunks (one row each; no data is read
+-- for that), and only theirs are read.
 CREATE FUNCTION shell.output_before(c shell.commands, p_at bigint, p_bytes integer) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = '' AS $$
 DECLARE
