@@ -48,6 +48,7 @@ def test_each_opening_of_a_session_sends_one_warm_request_and_polls_send_none(
     term.expect(page.locator("#where")).to_have_text("first")
     with page.expect_request(is_warm):
         page.reload()
+    term.expect(term.commands()).to_have_count(1)  # its history is back before typing
     term.run("echo three")
 
     assert [(r.method, r.post_data_json, r.headers["content-type"]) for r in warmed] == [
