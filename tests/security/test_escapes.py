@@ -18,6 +18,7 @@ import socket
 import time
 from pathlib import Path
 
+import docker.errors
 import psycopg2.extensions
 
 from executor.sandbox.output import truncation_notice
@@ -63,6 +64,31 @@ def running_containers(docker_client, shell, command_id: int) -> list:
     if not container_id:
         return []
     return docker_client.containers.list(filters={"id": container_id})
+
+
+def tenant_processes_left(docker_client, shell, command_id: int) -> list[list[str]]:
+    """The processes other than the supervisor in the command's container.
+    A command completes when the supervisor's last frame arrives, and the
+    supervisor sends it only after killing every tenant process, so the
+    container may still be going away (PID 1 exiting), but never holds more."""
+    found = []
+    for container in running_containers(docker_client, shell, command_id):
+        try:
+            top = container.top(ps_args="-o pid,args")
+        except docker.errors.APIError:
+            continue  # it stopped between the listing and the question
+        found += [row for row in top.get("Processes") or []
+                  if "/opt/pg-shell/supervisor" not in row[-1]]
+    return found
+
+
+def wait_until_removed(docker_client, shell, command_id: int, timeout_s: float = 60) -> None:
+    """The finished command's container is removed (off the command's
+    critical path, so shortly after its row completes)."""
+    deadline = time.monotonic() + timeout_s
+    while running_containers(docker_client, shell, command_id):
+        assert time.monotonic() < deadline, "the finished command's container was not removed"
+        time.sleep(0.2)
 
 
 def host_cmdlines_containing(needle: bytes) -> list[str]:
@@ -337,7 +363,8 @@ def test_fork_bomb_ends_and_another_tenant_is_unaffected(make_daemon, make_shell
     assert "fork: retry: Resource temporarily unavailable" in bomb_row["output"]
     assert bomb_row["cwd_after"] == bomb_row["cwd_before"] == ROOT
     assert set(bomb_row["env_after"]) <= set(bomb_row["env_before"]) | {"PATH", "LANG", "TERM"}
-    assert running_containers(docker_client, alice, bomb) == []
+    assert tenant_processes_left(docker_client, alice, bomb) == []
+    wait_until_removed(docker_client, alice, bomb)
     assert daemon.proc.poll() is None
     assert ok(alice.run("echo recovered"))["output"] == "recovered\n"
 
@@ -443,7 +470,8 @@ def test_background_processes_do_not_survive_the_command(daemon, shell, docker_c
     row = ok(shell.wait(cid, timeout=120))
     assert row["output"] == "spawned\n"
     assert time.monotonic() - started < 60  # did not wait for the sleeps
-    assert running_containers(docker_client, shell, cid) == []
+    assert tenant_processes_left(docker_client, shell, cid) == []
+    wait_until_removed(docker_client, shell, cid)
     row = ok(shell.run("ps -e -o comm="))
     assert "sleep" not in row["output"]
     # The supervisor, the shell and ps, nothing else.
