@@ -20,10 +20,14 @@ never follow one, and the walk opens every directory without following
 links, so a link to /etc/passwd or to a host path is left as it was; even
 so, everything outside the volume in that container is the image's
 read-only root or its own throwaway mounts: no host path is mounted. It
-never runs on the host, where a tenant's link could lead anywhere.
+never runs on the host, where a tenant's link could lead anywhere. An
+executor that dies during a hand-over leaves its container behind, in use
+of the volume: ``abandoned`` finds such containers for the reaper.
 """
 
 from __future__ import annotations
+
+import time
 
 import docker
 import requests.exceptions
@@ -38,6 +42,9 @@ from .hardening import SANDBOX_USER, security_options
 LABEL_HAND_OVER = "pg-shell.hand-over"
 MOUNT = "/mnt"
 TIMEOUT_S = 600  # a home of the quota's size, on a slow disk
+# Its executor removes a hand-over container within TIMEOUT_S (done, failed
+# or given up); one older than this was left by an executor that died.
+ABANDONED_AFTER_S = TIMEOUT_S + 60
 MEMORY_BYTES = 256 * 1024 * 1024
 # chown prints only its complaints: enough to say why it failed, bounded on disk.
 LOG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "64k", "max-file": "1"})
@@ -84,3 +91,13 @@ def hand_over(client: docker.DockerClient, image: str, volume: str, session_id: 
                                   f"with {status}: {said or 'no message'}")
         finally:
             api.remove_container(container_id, force=True)  # killed first if it still runs
+
+
+def abandoned(client: docker.DockerClient, older_than_s: float = ABANDONED_AFTER_S) -> list[str]:
+    """Ids of hand-over containers whose executor died during the hand-over,
+    whatever its scope: none outlives a live executor's wait, and a volume is
+    the engine's, not one deployment's."""
+    cutoff = time.time() - older_than_s
+    with engine_errors("cannot list hand-over containers"):
+        listed = client.api.containers(all=True, filters={"label": LABEL_HAND_OVER})
+    return [str(c["Id"]) for c in listed if int(c.get("Created") or 0) < cutoff]

@@ -25,6 +25,7 @@ from .engine import ENGINE_ERRORS, connect, engine_error
 from .errors import SandboxError
 from .model import Limits, RunRequest, RunResult
 from .output import OutputCapper
+from .ownership import ABANDONED_AFTER_S, abandoned
 from .protocol import Conversation, FileReceiver, json_frame
 from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, session_env, warm_labels
 from .state import resolve_state
@@ -336,6 +337,14 @@ class Sandbox:
                 pass
             self.remove_container(c["Id"])
             removed.append(str(c["Id"]))
+        return removed
+
+    def reap_hand_overs(self, older_than_s: float = ABANDONED_AFTER_S) -> list[str]:
+        """Remove the hand-over containers (ownership.py) of executors that
+        died during one: such a container keeps its volume in use."""
+        removed = abandoned(self._client, older_than_s)
+        for container_id in removed:
+            self.remove_container(container_id)
         return removed
 
     def reap_warm(self, worker_id: str, keep: set[str], stale_after_s: float,

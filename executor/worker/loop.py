@@ -273,6 +273,8 @@ class Worker:
 
         for container_id in self._sandbox.reap(keep):
             log.info("removed leftover container_id=%s", container_id[:12])
+        for container_id in self._sandbox.reap_hand_overs():
+            log.info("removed abandoned hand-over container_id=%s", container_id[:12])
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -4,9 +4,12 @@ process, files intact, no link followed, loop and plain volumes alike."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import time
 
+import docker.errors
 import pytest
 
 from executor.sandbox.ownership import LABEL_HAND_OVER
@@ -51,3 +54,26 @@ def test_a_volume_made_by_this_executor_is_never_handed_over(
     box.volumes.release(session_id)  # loop: re-attached by the next command
     assert run("cat f", box=box).output == "mine\n"
     assert hand_overs(docker_client, session_id, since) == 0
+
+
+
+def test_a_hand_over_whose_executor_died_is_reaped(
+        sandbox, image, session_id, docker_client) -> None:
+    # What an executor killed during a hand-over leaves: a labelled container
+    # that still runs and keeps the volume in use.
+    left = docker_client.containers.run(
+        image, entrypoint=["/bin/sleep", "300"], labels={LABEL_HAND_OVER: session_id},
+        network_disabled=True, detach=True)
+    try:
+        # Young, it may be a live executor's: kept.
+        assert left.id not in sandbox.reap_hand_overs()
+        assert docker_client.containers.list(filters={"id": left.id})
+        # Old enough (here: any age), it is nobody's: removed.
+        deadline = time.monotonic() + 30
+        while left.id not in sandbox.reap_hand_overs(older_than_s=0):
+            assert time.monotonic() < deadline, "the hand-over container was never reaped"
+            time.sleep(0.2)  # the engine's creation time counts whole seconds
+        assert not docker_client.containers.list(all=True, filters={"id": left.id})
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            left.remove(force=True)
