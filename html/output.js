@@ -5,10 +5,8 @@
 // output, whose whole size is data-bytes. The feed's fragments (p_tail) carry
 // what was appended since the cursor: a piece that starts where the page's
 // copy ends is appended, so the text and any selection in it stay as they
-// are. Otherwise (a cut preview, a gap) the rest is read with read_output.
+// are. Otherwise (a cut preview, a gap) the rest is read with read_output_html.
 "use strict";
-
-const ANSI_ESCAPES = /\x1b(\[[0-9;?]*[ -\/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)?/g;
 
 // A command's <pre class="out">, with its byte range. (A fragment rendered
 // without one, htmx's answer to a submit, holds its whole output so far.)
@@ -86,20 +84,24 @@ function kib(bytes) {
   return n < 1024 ? `${n} bytes` : `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KiB`;
 }
 
-// Reads the rest of a command's output (plain text: colours are drawn for
-// what the listing sent) and appends it.
+// Reads the rest of a command's output a page at a time, as HTML the server
+// renders in the colours the output before each page left in force, and
+// appends it.
 async function fill(article) {
   const out = pre(article);
   if (!out || out.dataset.filling) return;
   out.dataset.filling = "1";
   try {
     while (Number(out.dataset.end) < Number(out.dataset.bytes)) {
-      const [page] = await rpc("read_output", { get: true, args: {
+      const html = await rpc("read_output_html", { get: true, html: true, args: {
         p_command_id: article.dataset.id, p_offset: out.dataset.end } });
-      if (!page || page.next_offset <= Number(out.dataset.end)) break;
-      out.append(document.createTextNode(page.output.replace(ANSI_ESCAPES, "")));
-      out.dataset.end = String(page.next_offset);
-      out.dataset.bytes = String(Math.max(page.output_bytes, Number(out.dataset.bytes)));
+      const template = document.createElement("template");
+      template.innerHTML = html;
+      const page = template.content.querySelector("pre.out");
+      if (!page || Number(page.dataset.end) <= Number(out.dataset.end)) break;
+      out.append(...page.childNodes);
+      out.dataset.end = page.dataset.end;
+      out.dataset.bytes = String(Math.max(Number(page.dataset.bytes), Number(out.dataset.bytes)));
     }
   } catch (error) {
     fail(error);

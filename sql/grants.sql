@@ -34,6 +34,7 @@ GRANT EXECUTE ON FUNCTION
     shell_api.session_changes(uuid, bigint, integer, boolean, integer),
     shell_api.session_changes_html(uuid, bigint, integer, boolean, integer),
     shell_api.read_output(bigint, bigint, integer),
+    shell_api.read_output_html(bigint, bigint, integer),
     shell_api.session_cursor(uuid),
     shell_api.submit_command_html(uuid, text),
     shell_api.cancel_command(bigint),

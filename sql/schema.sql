@@ -2274,6 +2274,31 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.read_output_html(p_command_id bigint, p_offset bigint DEFAULT 0, p_limit integer DEFAULT 1048576) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    budget integer := shell.listing_budget();
+    page record;
+    r shell.listing_row;
+    html text;
+BEGIN
+    SELECT * INTO page FROM shell_api.read_output(p_command_id, p_offset, p_limit);
+    SELECT x INTO r.c FROM shell.commands x WHERE x.id = p_command_id;  -- row-level security
+    r.command := '';  -- the page is only output: the command is in the listing
+    r.piece := page.output;
+    r.piece_from := page.output_offset;
+    r.total := page.output_bytes;
+    html := shell.render_piece(r);
+    WHILE octet_length(html) > budget AND r.piece <> '' LOOP
+        r.piece := shell.utf8_slice(r.piece, 0, octet_length(r.piece) / 2);
+        html := shell.render_piece(r);
+    END LOOP;
+    RETURN html;
+END
+$$;
+
 CREATE FUNCTION shell_api.rename_session(p_session_id uuid, p_name text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''

@@ -166,7 +166,9 @@ def test_load_earlier_and_arrow_up_reach_the_whole_history(
 def test_long_outputs_are_collapsed_and_cut_ones_read_in_full_on_show_all(
         db: str, history_page: Callable[..., Terminal], size: tuple[int, int]) -> None:
     long_output = "".join(f"row {i}\n" for i in range(400))
-    cut_output = "".join(f"{i:06d} " + "z" * 93 + "\n" for i in range(2000))  # 197 KiB
+    # 197 KiB in a colour set before the cut and held past it, then another.
+    cut_text = "".join(f"{i:06d} " + "z" * 93 + "\n" for i in range(2000)) + "last\n"
+    cut_output = "\x1b[32m" + cut_text[:-5] + "\x1b[0m\x1b[31mlast\x1b[0m\n"
     _session, ids = session_with_history(db, ["short\n", long_output, cut_output])
     term = history_page("alice", size)
     term.page.evaluate("id => { location.hash = '#session=' + id }", _session)
@@ -185,4 +187,7 @@ def test_long_outputs_are_collapsed_and_cut_ones_read_in_full_on_show_all(
     term.expect(cut.locator(".more")).to_contain_text("output cut: 64 KiB of 197 KiB shown")
     cut.locator("button[data-show-all]").click()
     term.expect(cut.locator(".more")).to_have_count(0)
-    assert cut.locator("pre.out").text_content() == cut_output
+    assert cut.locator("pre.out").text_content() == cut_text
+    # What was read past the cut is drawn in the colours it is in.
+    assert "001999 zzz" in cut.locator("pre.out span.ansi-fg-32").last.text_content()
+    term.expect(cut.locator("pre.out span.ansi-fg-31")).to_have_text("last")

@@ -8,16 +8,18 @@ including the window of output a tail looks back over and the byte budget."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import psycopg2
 import pytest
 
 from tests.db.ansi_helpers import pieces, runs, styled
-from tests.db.api_helpers import append, claim, start
+from tests.db.api_helpers import append, claim, run, sqlstate, start
 from tests.db.test_ansi_html import PIECES
 from tests.support import call, create_user, one, tenant
 
 WINDOW = 65536  # render_piece's colour_window
+MIB = 1024 * 1024
 PASS_FAIL = "ok \x1b[1;32mPASSED\x1b[0m then \x1b[31mFAILED\x1b[0m\n"
 PASS_FAIL_RUNS = [("", "ok "), ("ansi-fg-32 ansi-bold", "PASSED"), ("", " then "),
                   ("ansi-fg-31", "FAILED"), ("", "\n")]
@@ -276,3 +278,75 @@ def test_the_colour_a_tail_starts_in_counts_against_the_byte_budget(conn, db: st
     # Sizes on both sides of the edge: had the span not been counted, those
     # just past it would have gone out over the budget.
     assert shown and dropped
+
+
+# read_output_html's pages ---------------------------------------------------------
+
+
+@pytest.fixture
+def finished(db: str):
+    """``finished(output)``: a done command of alice's with that output (one
+    chunk, as the executor appends it): (alice's connection, command id)."""
+    alice = tenant(db, create_user(db, "alice"))
+    session = one(alice, "SELECT shell_api.create_session('pages')")
+
+    def make(output: str) -> tuple[object, int]:
+        command_id = one(alice, "SELECT shell_api.submit_command(%s, 'make')", (session,))
+        run(db, command_id, output)
+        return alice, command_id
+
+    yield make
+    alice.close()
+
+
+def html_pages(conn, command_id: int, limits: Iterator[int]) -> list[tuple[int, int, int, str]]:
+    """Every page of the output through read_output_html, each asked for
+    with the next of ``limits``, from where the one before ended."""
+    found, offset, total = [], 0, None
+    while total is None or offset < total:
+        listing = one(conn, "SELECT shell_api.read_output_html(%s, %s, %s)",
+                      (command_id, offset, next(limits)))
+        [(start_at, end, total, inner)] = pieces(listing)
+        assert start_at == offset < end, (start_at, offset, end)
+        found.append((start_at, end, total, inner))
+        offset = end
+    return found
+
+
+def test_the_pages_of_a_coloured_output_join_to_the_whole_outputs_html(conn, finished) -> None:
+    rng = random.Random(11)
+    lines = []
+    for i in range(3000):
+        colour = rng.choice(["\x1b[32m", "\x1b[1;31m", "\x1b[33;44m", "\x1b]0;t\x07", ""])
+        lines.append(f"{colour}test_{i} é{'.' * rng.randint(0, 60)}"
+                     + rng.choice(["\x1b[0m", "\x1b[39m", "", "\x1b[22m"]) + "\n")
+    text = "".join(lines)  # about 140 KiB: pages cut inside escapes and characters
+    alice, command_id = finished(text)
+    pages = html_pages(alice, command_id, iter(lambda: rng.randint(1, 20000), None))
+    assert len(pages) > 10
+    assert pages[-1][1] == pages[-1][2] == len(text.encode())
+    assert styled("".join(inner for *_, inner in pages)) == styled(html(conn, text))
+
+
+def test_a_page_that_renders_past_the_budget_is_shortened_and_the_next_goes_on(
+        conn, finished) -> None:
+    text = "<&>" * (MIB // 3) + "\x1b[31mred\x1b[0m\n"  # 1 MiB that escapes to 4.7 MiB of HTML
+    alice, command_id = finished(text)
+    pages = html_pages(alice, command_id, iter(lambda: 3 * MIB, None))
+    assert len(pages) > 1
+    assert all(0 < len(inner.encode()) <= 3 * MIB for *_, inner in pages)
+    assert styled("".join(inner for *_, inner in pages)) == styled(html(conn, text))
+
+
+def test_read_output_html_refuses_what_read_output_refuses(db: str, finished) -> None:
+    alice, command_id = finished("aé\n")  # é is two bytes: offset 2 is inside it
+    for offset, limit in ((-1, 10), (5, 10), (2, 10), (0, 0), (0, 4 * MIB), (None, 10)):
+        code, message = sqlstate(alice, "SELECT shell_api.read_output_html(%s, %s, %s)",
+                                 (command_id, offset, limit))
+        assert (code, message) == sqlstate(
+            alice, "SELECT * FROM shell_api.read_output(%s, %s, %s)", (command_id, offset, limit))
+        assert code == "22023", (offset, limit, message)
+    bob = tenant(db, create_user(db, "bob"))
+    assert sqlstate(bob, "SELECT shell_api.read_output_html(%s)", (command_id,)) == (
+        "22023", "command not found")
+    bob.close()

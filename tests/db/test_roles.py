@@ -29,7 +29,7 @@ TENANT_FUNCTIONS = (
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html",
     "cancel_command", "fork_session", "replay_session", "replay_comparison", "output_timeline",
     "session_files", "read_file", "command_changes", "upload_file", "read_output",
-    "rename_session", "archive_session", "warm_session", "command_limits",
+    "read_output_html", "rename_session", "archive_session", "warm_session", "command_limits",
 )
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
 
@@ -124,6 +124,7 @@ def api_call(name: str, session: str, command: int,
         "replay_comparison": ("SELECT * FROM shell_api.replay_comparison(%s)", (session,)),
         "output_timeline": ("SELECT * FROM shell_api.output_timeline(%s)", (command,)),
         "read_output": ("SELECT * FROM shell_api.read_output(%s)", (command,)),
+        "read_output_html": ("SELECT shell_api.read_output_html(%s)", (command,)),
         "session_files": ("SELECT * FROM shell_api.session_files(%s)", (session,)),
         "read_file": ("SELECT shell_api.read_file(%s, 'f')", (session,)),
         "command_changes": ("SELECT * FROM shell_api.command_changes(%s)", (command,)),
@@ -298,7 +299,8 @@ def test_owner_cancel_fork_and_replay_work(db, world):
 ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "session_changes",
                 "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
                 "fork_session", "replay_session", "replay_comparison", "output_timeline",
-                "read_output", "rename_session", "archive_session", "warm_session")
+                "read_output", "read_output_html", "rename_session", "archive_session",
+                "warm_session")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
@@ -311,7 +313,8 @@ def test_another_tenants_ids_look_exactly_like_nonexistent_ones(db, world, name)
     # A nonexistent session (replay: and command) must give the same answer.
     missing = error_of(mallory, *api_call(name, str(uuid.uuid4()), missing_command))
     assert row_counts(db) == before
-    by_command = ("cancel_command", "fork_session", "output_timeline", "read_output")
+    by_command = ("cancel_command", "fork_session", "output_timeline", "read_output",
+                  "read_output_html")
     expected = "command not found" if name in by_command else "session not found"
     for exc in (foreign, missing):
         assert exc.pgcode == "22023"
