@@ -27,9 +27,7 @@ read per container.
 from __future__ import annotations
 
 import fcntl
-import os
 import re
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,9 +36,10 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from .blank_images import Spare, make_blank, run_tool
 from .engine import engine_errors
 from .errors import InvalidSessionId, VolumeError
-from .hardening import SANDBOX_GID, SANDBOX_UID, SANDBOX_USER
+from .hardening import SANDBOX_USER
 from .ownership import hand_over
 
 VOLUME_PREFIX = "pg-shell-home-"
@@ -70,15 +69,6 @@ def volume_name(session_id: str) -> str:
     if not SESSION_ID_RE.match(session_id):
         raise InvalidSessionId(f"invalid session id {session_id[:64]!r}")
     return VOLUME_PREFIX + session_id
-
-
-def _run(*argv: str) -> str:
-    try:
-        done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        stderr = getattr(exc, "stderr", "") or ""
-        raise VolumeError(f"{argv[0]} failed: {stderr.strip() or exc}") from exc
-    return done.stdout
 
 
 class PlainVolumes:
@@ -143,6 +133,7 @@ class LoopVolumes:
         self._size = size_bytes
         self.state_dir = Path(state_dir)
         self._lock = threading.Lock()
+        self._spare = Spare(self.state_dir, size_bytes, self._locked)
         # Called with the session id of each image made here, under the
         # host-wide lock, before any container can mount it: a new image is
         # an empty home, and the workspace records that it holds the empty
@@ -157,8 +148,10 @@ class LoopVolumes:
         older executor's volume to the sandbox user. Returns the volume name."""
         name = volume_name(session_id)
         with self._locked():
-            ext4 = self._ensure_image(session_id)
-            loop = self._loop_of(ext4) or _run("losetup", "--find", "--show", str(ext4)).strip()
+            ext4, made = self._ensure_image(session_id)
+            # An image made just now is attached nowhere: no need to ask.
+            loop = ((None if made else self._loop_of(ext4))
+                    or run_tool("losetup", "--find", "--show", str(ext4)).strip())
             self._ensure_volume(name, session_id, loop)
         # Outside the host-wide lock: a large home must not hold up other
         # sessions. Two hand-overs of one volume at once just do the same
@@ -176,7 +169,7 @@ class LoopVolumes:
             _remove_volume(self._client, volume_name(session_id))
             loop = self._loop_of(self.image_path(session_id))
             if loop:
-                _run("losetup", "--detach", loop)
+                run_tool("losetup", "--detach", loop)
 
     def remove(self, session_id: str) -> None:
         """Delete this host's copy of the session's files for good."""
@@ -195,7 +188,7 @@ class LoopVolumes:
 
     def attached(self) -> list[str]:
         """Sessions of this state directory whose image holds a loop device."""
-        out = _run("losetup", "--noheadings", "--list", "--output", "BACK-FILE")
+        out = run_tool("losetup", "--noheadings", "--list", "--output", "BACK-FILE")
         backing = {line.strip() for line in out.splitlines()}
         return [sid for sid in self.sessions() if str(self.image_path(sid).absolute()) in backing]
 
@@ -211,35 +204,20 @@ class LoopVolumes:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             yield
 
-    def _ensure_image(self, session_id: str) -> Path:
+    def _ensure_image(self, session_id: str) -> tuple[Path, bool]:
+        """The session's image, and whether it was made just now."""
         image = self.image_path(session_id)
         if image.exists():
-            return image
-        # Build under a temporary name so a crash never leaves a
-        # half-made filesystem under the real one.
-        tmp = image.with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)
-        try:
-            _run("fallocate", "--length", str(self._size), str(tmp))
-            # -m 0: no blocks reserved for root, the user is the sandbox user.
-            # root_owner: the user owns the root dir, i.e. their home.
-            _run(
-                "mkfs.ext4", "-q", "-F", "-m", "0",
-                "-E", f"root_owner={SANDBOX_UID}:{SANDBOX_GID}", str(tmp),
-            )
-            # A fresh home is empty: drop mkfs's lost+found (fsck recreates
-            # it when it needs one).
-            _run("debugfs", "-w", "-R", "rmdir lost+found", str(tmp))
-            os.replace(tmp, image)
-            _mark_owned(self.state_dir, session_id)
-            self.on_made(session_id)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return image
+            return image, False
+        if not self._spare.take(image):
+            make_blank(image, self._size)
+        _mark_owned(self.state_dir, session_id)
+        self.on_made(session_id)
+        return image, True
 
     @staticmethod
     def _loop_of(image: Path) -> str | None:
-        out = _run("losetup", "--noheadings", "--output", "NAME", "--associated", str(image))
+        out = run_tool("losetup", "--noheadings", "--output", "NAME", "--associated", str(image))
         names = out.split()
         return names[0] if names else None
 

@@ -3,12 +3,16 @@ never mounted, and leftover containers are reaped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
+from executor.sandbox.blank_images import SPARE_NAME
 from tests.conftest import require
 
 QUOTA = 64 * 1024 * 1024
@@ -86,3 +90,48 @@ def test_reap_removes_only_rejected_containers(run, sandbox, docker_client) -> N
     names = {c.id for c in docker_client.containers.list(all=True)}
     assert doomed.result.container_id not in names
     assert kept.result.container_id in names
+
+
+def wait_for_spare(path: Path, not_inode: int | None = None) -> int:
+    """The inode of the spare image once one (not ``not_inode``) is there."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            if (inode := path.stat().st_ino) != not_inode:
+                return inode
+        assert time.monotonic() < deadline, "no spare image was made"
+        time.sleep(0.05)
+
+
+@needs_root
+def test_a_new_session_takes_the_spare_blank_image_and_another_is_made(
+        make_sandbox, run, session_id) -> None:
+    box = make_sandbox(disk_quota="loop", disk_quota_bytes=QUOTA)
+    spare = box.volumes.state_dir / SPARE_NAME
+    # The first new session finds no spare: its image is made on the spot.
+    assert run("echo first > f", box=box, session=f"{session_id}-a").result.exit_code == 0
+    inode = wait_for_spare(spare)
+    ran = run("ls -A; stat -c %u:%g .; echo second > f; cat f", box=box)
+    # The spare became this session's home: blank, the sandbox user's, writable.
+    assert ran.output == "65000:65000\nsecond\n"
+    image = box.volumes.image_path(session_id)
+    assert (image.stat().st_ino, image.stat().st_size) == (inode, QUOTA)
+    assert wait_for_spare(spare, not_inode=inode) != inode
+
+
+@needs_root
+def test_a_spare_of_another_size_is_never_used(make_sandbox, run, session_id) -> None:
+    box = make_sandbox(disk_quota="loop", disk_quota_bytes=QUOTA)
+    spare = box.volumes.state_dir / SPARE_NAME
+    spare.parent.mkdir(parents=True, exist_ok=True)
+    with open(spare, "wb") as wrong:  # as a quota change leaves it
+        wrong.truncate(QUOTA * 2)
+    inode = spare.stat().st_ino
+    ran = run("ls -A; df -k --output=size . | tail -1", box=box)
+    image = box.volumes.image_path(session_id)
+    assert image.stat().st_ino != inode and image.stat().st_size == QUOTA
+    assert int(ran.output) * 1024 <= QUOTA  # blank (ls -A printed nothing), of the quota's size
+    deadline = time.monotonic() + 60
+    while spare.stat().st_size != QUOTA:  # replaced by one of the quota's size
+        assert time.monotonic() < deadline, "the wrong-size spare was not replaced"
+        time.sleep(0.05)
