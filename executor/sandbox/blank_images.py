@@ -24,7 +24,7 @@ from .hardening import SANDBOX_GID, SANDBOX_UID
 
 log = logging.getLogger(__name__)
 
-SPARE_NAME = ".spare.ext4"  # not a session's name: those start with a letter or digit
+SPARE_NAME = ".spare.ext4"  # not pg-shell-home-<session>: never listed as a session's
 
 
 def run_tool(*argv: str) -> str:

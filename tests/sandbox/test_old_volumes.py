@@ -56,7 +56,6 @@ def test_a_volume_made_by_this_executor_is_never_handed_over(
     assert hand_overs(docker_client, session_id, since) == 0
 
 
-
 def test_a_hand_over_whose_executor_died_is_reaped(
         sandbox, image, session_id, docker_client) -> None:
     # What an executor killed during a hand-over leaves: a labelled container
