@@ -2,7 +2,7 @@
 validated when a command starts, never read at import time.
 
 Every setting is one field of `Settings` with its meaning in `description`: the
-README's configuration table is generated from them (ops/settings-table).
+docs/configuration.md's table is generated from them (ops/settings-table).
 `OPS_ONLY_VARIABLES` lists the PG_SHELL_* names that only the set-up scripts,
 docker-compose or the tests read, so that any other PG_SHELL_* name that is
 not a setting can be refused as a typo (executor/environment.py)."""

@@ -37,7 +37,7 @@ def warn_without_disk_quota(settings: Settings) -> None:
     if settings.disk_quota == "none":
         log.warning("PG_SHELL_DISK_QUOTA=none: session homes have no disk quota, so one tenant "
                     "can fill the engine's disk for everyone. Not for untrusted tenants: use "
-                    "PG_SHELL_DISK_QUOTA=loop (README.md, \"Deployment\").")
+                    "PG_SHELL_DISK_QUOTA=loop (docs/operations.md, \"Which engine\").")
 
 
 def run_executor(settings: Settings) -> int:

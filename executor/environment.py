@@ -101,5 +101,5 @@ def refuse_unknown(environ: Mapping[str, str], variables: Collection[str],
         # Compared without the prefix, which every candidate shares.
         settings = sorted(n.removeprefix(PREFIX) for n in variables if n.startswith(PREFIX))
         close = difflib.get_close_matches(upper.removeprefix(PREFIX), settings, n=1, cutoff=0.6)
-        hint = f"did you mean {PREFIX}{close[0]}?" if close else "see README.md, \"Configuration\""
+        hint = f"did you mean {PREFIX}{close[0]}?" if close else "see docs/configuration.md"
         raise ConfigError(f"unknown setting {name}: {hint}")

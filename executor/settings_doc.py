@@ -1,11 +1,11 @@
-"""The README's configuration table, generated from the settings class so the
+"""docs/configuration.md's settings table, generated from the settings class so the
 two cannot drift apart: one row per setting, its variable(s), default and
 meaning (the field's description).
 
     .venv/bin/python -m executor.settings_doc          # print the table
-    ops/settings-table                                 # rewrite it in README.md
+    ops/settings-table                                 # rewrite it in docs/configuration.md
 
-tests/unit/test_settings_doc.py fails while README.md and the class differ."""
+tests/unit/test_settings_doc.py fails while docs/configuration.md and the class differ."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def replace_table(text: str, table: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="print the settings table, or rewrite it in FILE")
-    parser.add_argument("--write", metavar="FILE", type=Path, help="e.g. README.md")
+    parser.add_argument("--write", metavar="FILE", type=Path, help="e.g. docs/configuration.md")
     args = parser.parse_args()
     if args.write is None:
         sys.stdout.write(render_table())

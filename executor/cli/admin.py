@@ -62,7 +62,7 @@ def register(commands: Commands) -> None:
     executor = commands.add_parser(
         "executor", help="run the executor daemon",
         description="Claim commands from the database and run each in a fresh container. "
-                    "Configured by PG_SHELL_* variables (README.md, \"Configuration\"). "
+                    "Configured by PG_SHELL_* variables (docs/configuration.md). "
                     "SIGTERM drains: no new commands, running ones get PG_SHELL_SHUTDOWN_GRACE_S.")
     executor.set_defaults(handler=cmd_executor)
 

@@ -19,7 +19,7 @@ pg_shell: a stateless, auditable, replayable command shell.
 Every command is a row in PostgreSQL and runs in a fresh, locked-down container.
 
 Settings come from the environment: DATABASE_URL, and PG_SHELL_* variables
-(see README.md, "Configuration")."""
+(see docs/configuration.md)."""
 
 # Each command → the module under executor.cli that registers it, and its summary.
 COMMANDS: dict[str, tuple[str, str]] = {

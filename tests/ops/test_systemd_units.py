@@ -1,5 +1,5 @@
 """ops/systemd: every unit passes `systemd-analyze verify`, and the promises
-the README makes about them (Type=notify with a watchdog, the hardening, a
+docs/operations.md makes about them (Type=notify with a watchdog, the hardening, a
 stop timeout above the drain grace, no Docker for the gateway) are in the files.
 
 systemd is not PID 1 on test machines, so the units cannot be started; verify
@@ -77,7 +77,7 @@ def systemd_analyze() -> str:
 
 @pytest.fixture
 def host_root(tmp_path: Path) -> Path:
-    """A scratch root with the units installed where README.md says."""
+    """A scratch root with the units installed where docs/operations.md says."""
     root = tmp_path / "root"
     (root / "etc/systemd").mkdir(parents=True)
     shutil.copytree(UNITS, root / "etc/systemd/system",

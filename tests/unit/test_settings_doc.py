@@ -1,4 +1,4 @@
-"""README.md's configuration table is the one the settings class generates
+"""docs/configuration.md's settings table is the one the settings class generates
 (ops/settings-table rewrites it), so every setting is documented, and only those."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from executor.config import Settings
 from executor.settings_doc import BEGIN, END, render_table, replace_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
-def test_readme_table_is_the_generated_one() -> None:
-    text = README.read_text()
+def test_the_documented_table_is_the_generated_one() -> None:
+    text = DOC.read_text()
     assert replace_table(text, render_table()) == text, "run ops/settings-table"
 
 

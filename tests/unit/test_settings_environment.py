@@ -100,11 +100,11 @@ def test_an_unknown_setting_is_refused_naming_the_closest(
     assert str(raised.value) == f"unknown setting {typo}: did you mean {closest}?"
 
 
-def test_an_unknown_setting_with_nothing_close_points_to_the_readme(
+def test_an_unknown_setting_with_nothing_close_points_to_the_settings_doc(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PG_SHELL_XYZZY", "1")
-    with pytest.raises(ConfigError, match=r'^unknown setting PG_SHELL_XYZZY: see README.md, '
-                                          r'"Configuration"$'):
+    with pytest.raises(ConfigError, match=r'^unknown setting PG_SHELL_XYZZY: '
+                                          r'see docs/configuration\.md$'):
         load_settings()
 
 
