@@ -149,6 +149,41 @@ def tenant_connection(dsn: str, user_id: str) -> psycopg2.extensions.connection:
     return connect_as(dsn, "shell_user", {"sub": user_id, "role": "shell_user"})
 
 
+# -- waiting for work ----------------------------------------------------------------------
+
+# How long no command may finish before a wait for work gives up: a liveness
+# bound (a single command ends within its time limit), never a total for the
+# work, whose speed depends on how busy the machine is.
+STALL_S = 300.0
+
+
+class Stalled(RuntimeError):
+    """No command finished for STALL_S seconds; says how many had."""
+
+
+def wait_for_work(left: Callable[[], int], total: int, *, stall_s: float = STALL_S,
+                  check: Callable[[], None] = lambda: None,
+                  progress: Callable[[str], None] = lambda _: None,
+                  every_s: float = 0.5, report_every_s: float = 15.0) -> None:
+    """Until ``left()`` (the commands of ``total`` not yet finished) is 0.
+    Fails only when it has not gone down for ``stall_s`` seconds; ``check()``
+    raises when a worker died; ``progress`` hears "N/total done" now and then."""
+    unfinished = left()
+    moved = next_report = time.monotonic()
+    while unfinished:
+        time.sleep(every_s)
+        check()
+        now, before, unfinished = time.monotonic(), unfinished, left()
+        if unfinished < before:
+            moved = now
+        elif now - moved > stall_s:
+            raise Stalled(f"no command finished for {stall_s:g} s: {total - unfinished} of "
+                          f"{total} done, {unfinished} unfinished")
+        if now >= next_report:
+            progress(f"{total - unfinished}/{total} done")
+            next_report = now + report_every_s
+
+
 # -- the executor and the engine ---------------------------------------------------------
 
 

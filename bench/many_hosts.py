@@ -26,12 +26,12 @@ import secrets
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    STALL_S,
     TERMINAL,
     ExecutorProcess,
     Report,
@@ -44,6 +44,7 @@ from bench.common import (
     remove_containers,
     require_dsn,
     tenant_connection,
+    wait_for_work,
 )
 from bench.common import percentile_interpolated as pct
 from tests.support import call
@@ -80,7 +81,7 @@ class LoadResult:
 
 
 def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session: int,
-             concurrency: int, work_dir: Path, scope: str, timeout_s: float = 3600,
+             concurrency: int, work_dir: Path, scope: str, stall_s: float = STALL_S,
              extra_env: dict[str, str] | None = None) -> LoadResult:
     """Runs the load on the migrated database ``dsn`` (a superuser DSN) with
     ``executors`` executor processes; cleans up its containers and volumes."""
@@ -114,22 +115,16 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
         submitted = [int(call(tenant, "SELECT shell_api.submit_command(%s, %s) AS id",
                               (sid, f"echo {i} >> order.log && echo {i}"))[0]["id"])
                      for i in range(per_session) for sid in session_ids]
-        deadline = time.monotonic() + timeout_s
-        next_report = time.monotonic() + 15
-        while True:
-            left = int(call(tenant, "SELECT count(*) AS n FROM shell.commands WHERE id = ANY(%s) "
-                                    "AND status <> ALL(%s)", (submitted, list(TERMINAL)))[0]["n"])
-            if left == 0:
-                break
-            if time.monotonic() > next_report:
-                log(f"{total - left}/{total} done")
-                next_report += 15
+
+        def died() -> None:
             for proc in procs:
                 if proc.exited():
                     raise RuntimeError(f"an executor died:\n{proc.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{left} of {total} commands unfinished after {timeout_s}s")
-            time.sleep(0.5)
+
+        wait_for_work(lambda: int(call(tenant, "SELECT count(*) AS n FROM shell.commands "
+                                               "WHERE id = ANY(%s) AND status <> ALL(%s)",
+                                       (submitted, list(TERMINAL)))[0]["n"]),
+                      total, stall_s=stall_s, check=died, progress=log)
     finally:
         for proc in procs:
             proc.stop()

@@ -40,17 +40,28 @@ apt_install() {
     || { tail -n 20 "$log" >&2; die "apt-get install ${missing[*]} failed"; }
 }
 
-# step LABEL COMMAND...: one set-up step, quietly. It prints one line, "LABEL … ok (N s)"; the
-# command's stderr (its progress, apt's, pip's, docker build's) goes to a log file under the state
-# dir, and its stdout is passed through (a DSN, an image id). When the command fails, the line ends
-# in "failed", the log is named with its last lines, and the script exits with the command's status.
+# step [--show REGEX] LABEL COMMAND...: one set-up step, quietly. It prints one line, "LABEL … ok
+# (N s)"; the command's stderr (its progress, apt's, pip's, docker build's) goes to a log file under
+# the state dir, and its stdout is passed through (a DSN, an image id). With --show, the lines of
+# that stderr that match REGEX are shown too, indented, as they come: the progress of a slow step
+# (none match when the step only reuses what is there, so it stays one line). When the command
+# fails, the line ends in "failed", the log is named with its last lines, and the script exits with
+# the command's status.
 step() {
-  local label=$1 started=$SECONDS log rc=0
+  local show=
+  if [ "$1" = --show ]; then show=$2; shift 2; fi
+  local label=$1 started=$SECONDS log rc=0 head
   shift
   mkdir -p "$(state_dir)/logs"
   log="$(state_dir)/logs/${0##*/}.$(printf '%s' "$label" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//').log"
-  printf '%s: %s … ' "${0##*/}" "$label" >&2
-  "$@" 2>"$log" || rc=$?
+  head="${0##*/}: $label … "
+  printf '%s' "$head" >&2
+  if [ -n "$show" ]; then
+    "$@" 2> >(tee "$log" | _progress "$show" "$head" >&2) || rc=$?
+    wait $! 2>/dev/null || true  # until the filter has shown all it will
+  else
+    "$@" 2>"$log" || rc=$?
+  fi
   if [ "$rc" -eq 0 ]; then
     printf 'ok (%d s)\n' $((SECONDS - started)) >&2
     return 0
@@ -58,4 +69,12 @@ step() {
   printf 'failed (exit %d; log: %s)\n' "$rc" "$log" >&2
   tail -n 15 "$log" | sed 's/^/    /' >&2
   exit "$rc"
+}
+
+# _progress REGEX HEAD: the lines of stdin matching REGEX, indented, below the step's line (HEAD,
+# printed again after them, so the step still ends on its own "… ok" line).
+_progress() {
+  awk -v re="$1" -v head="$2" '
+    $0 ~ re { if (!shown++) printf "\n"; print "    " substr($0, 1, 96); fflush() }
+    END { if (shown) printf "%s", head }'
 }

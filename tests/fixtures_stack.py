@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import psycopg2.extensions
 import pytest
+
+from tests.engine_cleanup import remove_labelled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,14 +110,7 @@ def make_daemon(executor_env: dict[str, str], tmp_path: Path,
     for daemon in daemons:
         daemon.stop()
     for worker_id in {d.env.get("PG_SHELL_WORKER_ID") for d in daemons} - {None}:
-        # Sparse and filtered by the engine: inspecting every container on a
-        # shared engine fails when another run removes one meanwhile.
-        for container in docker_client.containers.list(
-                all=True, sparse=True, filters={"label": f"pg-shell.worker-id={worker_id}"}):
-            try:
-                container.remove(force=True)
-            except docker.errors.NotFound:
-                pass  # it removed itself
+        remove_labelled(docker_client, f"pg-shell.worker-id={worker_id}")
     remove_session_volumes(docker_client, executor_env["PG_SHELL_VOLUMES_DIR"])
 
 

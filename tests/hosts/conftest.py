@@ -36,6 +36,7 @@ import psycopg2
 import pytest
 
 from tests.conftest import require
+from tests.engine_cleanup import remove_labelled
 
 # Re-exported: the tenant side, driven through the SQL API.
 from tests.executor.conftest import Shell, make_shell, shell  # noqa: F401
@@ -247,12 +248,7 @@ def make_hosts(make_daemon: Callable[..., Daemon], second_engine: Engine, docker
         host.daemon.stop()
     sessions = session_ids(db)
     for host in made:
-        for container in host.client.containers.list(
-                all=True, sparse=True, filters={"label": f"pg-shell.worker-id={host.worker_id}"}):
-            try:
-                container.remove(force=True)
-            except docker.errors.NotFound:
-                pass
+        remove_labelled(host.client, f"pg-shell.worker-id={host.worker_id}")
         remove_session_volumes(host.client, str(host.volumes_dir))
         for session_id in sessions:  # plain volumes (PG_SHELL_DISK_QUOTA=none)
             try:

@@ -16,6 +16,8 @@ from typing import Any
 import docker.errors
 import pytest
 
+from tests.engine_cleanup import remove_container
+
 # Re-exported fixtures: the real daemon and a tenant's session.
 from tests.executor.conftest import Shell, make_shell, shell  # noqa: F401
 from tests.fixtures_stack import REPO, daemon, executor_env, make_daemon  # noqa: F401
@@ -54,10 +56,7 @@ class Variants:
         for image in self.client.images.list(name=self.repository):
             for container in self.client.containers.list(all=True, sparse=True,
                                                          filters={"ancestor": image.id}):
-                try:
-                    container.remove(force=True)
-                except docker.errors.NotFound:
-                    pass
+                remove_container(self.client, container)
             for tag in image.tags:
                 try:
                     self.client.images.remove(tag, force=True)
