@@ -126,6 +126,10 @@ GRANT EXECUTE ON FUNCTION
     shell.audit_history(uuid),
     shell.audit_sessions(uuid),
     shell.audit_keys(),
+    -- `audit verify --files`: trees and blobs read to recompute their hashes
+    shell.audit_trees(text[]),
+    shell.audit_blobs(text[]),
+    shell.blob_chunk(text, integer),
     shell.register_signing_key(text, text),
     shell.retention_sessions(timestamptz, uuid, integer),
     shell.retention_plan(uuid, timestamptz, integer),

@@ -257,14 +257,24 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text)
+CREATE FUNCTION shell.audit_blobs(p_sha256 text[]) RETURNS TABLE(sha256 text, size bigint, chunks integer, seqs integer[])
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT b.sha256, b.size, b.chunks,
+           coalesce((SELECT array_agg(k.seq ORDER BY k.seq) FROM shell.blob_chunks k
+                     WHERE k.sha256 = b.sha256), '{}')
+    FROM shell.blobs b WHERE b.sha256 = ANY (p_sha256)
+$$;
+
+CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text, upload jsonb)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT c.session_id, c.id, c.chain_seq, c.chain_prev, c.chain_hash, c.result_record, c.signature,
            c.key_id, c.user_id, c.command, c.status, c.exit_code, c.reason, c.truncated,
            shell.output_of(c), c.cwd_before, c.env_before, c.cwd_after, c.env_after, c.image_digest,
-           c.worker_id, c.attempts, c.duration_ms, NULL::text, c.root_before, c.root_after
+           c.worker_id, c.attempts, c.duration_ms, NULL::text, c.root_before, c.root_after, c.upload
     FROM shell.commands c
     WHERE (p_session_id IS NULL OR c.session_id = p_session_id)
       AND (c.status IN ('done', 'failed', 'cancelled') OR c.chain_seq IS NOT NULL)
@@ -289,6 +299,18 @@ CREATE FUNCTION shell.audit_sessions(p_session_id uuid DEFAULT NULL::uuid) RETUR
     ORDER BY l.session_id
 $$;
 
+CREATE FUNCTION shell.audit_trees(p_hashes text[]) RETURNS TABLE(hash text, size bigint, entries jsonb)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT t.hash, t.size,
+           coalesce((SELECT jsonb_agg(jsonb_build_object('name', e.name, 'kind', e.kind, 'mode', e.mode,
+                                                         'size', e.size, 'object', e.object,
+                                                         'target', e.target))
+                     FROM shell.tree_entries e WHERE e.tree = t.hash), '[]'::jsonb)
+    FROM shell.trees t WHERE t.hash = ANY (p_hashes)
+$$;
+
 CREATE FUNCTION shell.base64url(data bytea) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
@@ -309,6 +331,16 @@ CREATE FUNCTION shell.blob_content(p_sha256 text) RETURNS bytea
     AS $$
     SELECT coalesce(string_agg(k.data, ''::bytea ORDER BY k.seq), ''::bytea)
     FROM shell.blob_chunks k WHERE k.sha256 = p_sha256
+$$;
+
+CREATE FUNCTION shell.blob_corrupted(p_sha256 text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'a stored file does not match its hash (%)', p_sha256 USING ERRCODE = 'XX001',
+        HINT = 'Its bytes were altered in the database: restore them from a backup.';
+END
 $$;
 
 CREATE FUNCTION shell.chain_position(p_command_id bigint, p_worker_id text, p_attempt integer, OUT chain_seq bigint, OUT chain_prev text) RETURNS record
@@ -348,7 +380,7 @@ BEGIN
     facts := shell.result_facts(c);
     IF rec IS NULL THEN
         rec := (facts || jsonb_build_object(
-            'v', 3, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
+            'v', 4, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
             'finished_at', shell.utc_text(c.completed_at), 'chain_seq', seq, 'chain_prev', prev))::text;
     ELSE
         BEGIN
@@ -364,6 +396,9 @@ BEGIN
         END IF;
         IF (claimed ->> 'v')::numeric >= 3 THEN
             facts := facts || jsonb_build_object('chain_seq', seq, 'chain_prev', prev);
+        END IF;
+        IF (claimed ->> 'v')::numeric < 4 THEN
+            facts := facts - 'upload';
         END IF;
         FOR field IN SELECT jsonb_object_keys(facts) LOOP
             IF claimed -> field IS DISTINCT FROM facts -> field THEN
@@ -564,6 +599,21 @@ BEGIN
       AND NOT EXISTS (SELECT FROM shell.tree_entries e WHERE e.object = b.sha256 AND e.kind = 'file')
       AND NOT EXISTS (SELECT FROM shell.commands c WHERE c.upload ->> 'sha256' = b.sha256);
     GET DIAGNOSTICS blobs = ROW_COUNT;
+END
+$$;
+
+CREATE FUNCTION shell.collect_upload_parts() RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    removed bigint;
+BEGIN
+    DELETE FROM shell.upload_parts p
+    WHERE p.created_at < now() - make_interval(secs => (SELECT value::double precision FROM shell.config
+                                                         WHERE key = 'upload_stale_after_s'));
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
 END
 $$;
 
@@ -827,6 +877,42 @@ BEGIN
         status := shell.release_command(expired, expired.status = 'running', 'executor lost', true);
         RETURN NEXT;
     END LOOP;
+END
+$$;
+
+CREATE TABLE shell.tree_entries (
+    tree text NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    mode integer NOT NULL,
+    size bigint NOT NULL,
+    object text,
+    target text,
+    CONSTRAINT tree_entries_check CHECK (((kind = 'symlink'::text) = (object IS NULL))),
+    CONSTRAINT tree_entries_check1 CHECK (((kind = 'symlink'::text) = (target IS NOT NULL))),
+    CONSTRAINT tree_entries_kind_check CHECK ((kind = ANY (ARRAY['file'::text, 'dir'::text, 'symlink'::text]))),
+    CONSTRAINT tree_entries_mode_check CHECK (((mode >= 0) AND (mode <= 4095))),
+    CONSTRAINT tree_entries_name_check CHECK (((name <> ALL (ARRAY[''::text, '.'::text, '..'::text])) AND (strpos(name, '/'::text) = 0) AND (octet_length(name) <= 255))),
+    CONSTRAINT tree_entries_size_check CHECK ((size >= 0))
+);
+
+CREATE FUNCTION shell.file_entry(p_session_id uuid, p_path text, p_command_id bigint) RETURNS shell.tree_entries
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    root text := shell.root_at(p_session_id, p_command_id);
+    entry shell.tree_entries := shell.tree_entry(root, shell.path_parts(p_path));
+BEGIN
+    IF entry.tree IS NULL THEN
+        RAISE EXCEPTION 'no such file: %', p_path USING ERRCODE = '22023',
+            HINT = 'List the session''s files with session_files.';
+    END IF;
+    IF entry.kind <> 'file' THEN
+        RAISE EXCEPTION '% is a %, not a file', p_path, CASE entry.kind WHEN 'dir' THEN 'directory' ELSE 'symbolic link' END
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN entry;
 END
 $$;
 
@@ -1593,6 +1679,38 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.request_slot() RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    claims jsonb;
+    slots integer := (SELECT value::integer FROM shell.config WHERE key = 'request_slots_per_user');
+    slot_key integer;
+BEGIN
+    BEGIN
+        claims := nullif(current_setting('request.jwt.claims', true), '')::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        RETURN;
+    END;
+    IF claims ->> 'sub' IS NULL THEN
+        RETURN;
+    END IF;
+    slot_key := hashtext('shell.request_slot:' || (claims ->> 'sub'));
+    FOR i IN 0 .. slots - 1 LOOP
+        IF pg_try_advisory_xact_lock(slot_key, i) THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    -- PostgREST's raise with a status and headers of the function's choice.
+    RAISE SQLSTATE 'PGRST' USING
+        MESSAGE = json_build_object('code', 'PT429', 'message',
+                                    format('too many requests of this user at once (at most %s)', slots),
+                                    'details', NULL, 'hint', 'Try again in 1 seconds.')::text,
+        DETAIL = '{"status": 429, "headers": {"Retry-After": "1"}}';
+END
+$$;
+
 CREATE FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_retry_after integer DEFAULT NULL::integer) RETURNS json
     LANGUAGE sql
     SET search_path TO ''
@@ -1620,7 +1738,8 @@ CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
         'cwd_before', c.cwd_before, 'env_before', c.env_before,
         'cwd_after', c.cwd_after, 'env_after', c.env_after,
         'image_digest', c.image_digest, 'worker_id', c.worker_id, 'attempt', c.attempts,
-        'duration_ms', c.duration_ms, 'root_before', c.root_before, 'root_after', c.root_after)
+        'duration_ms', c.duration_ms, 'root_before', c.root_before, 'root_after', c.root_after,
+        'upload', c.upload)
 $$;
 
 CREATE FUNCTION shell.retention_plan(p_session_id uuid, p_before timestamp with time zone, p_limit integer) RETURNS TABLE(command_ids bigint[], chain_seq bigint, chain_hash text, removed bigint)
@@ -1828,22 +1947,6 @@ CREATE FUNCTION shell.tree_diff(p_old text, p_new text) RETURNS TABLE(path text,
        OR (p.n_kind <> 'dir' AND p.o_object IS DISTINCT FROM p.n_object)
     ORDER BY convert_to(p.path, 'UTF8')
 $$;
-
-CREATE TABLE shell.tree_entries (
-    tree text NOT NULL,
-    name text NOT NULL,
-    kind text NOT NULL,
-    mode integer NOT NULL,
-    size bigint NOT NULL,
-    object text,
-    target text,
-    CONSTRAINT tree_entries_check CHECK (((kind = 'symlink'::text) = (object IS NULL))),
-    CONSTRAINT tree_entries_check1 CHECK (((kind = 'symlink'::text) = (target IS NOT NULL))),
-    CONSTRAINT tree_entries_kind_check CHECK ((kind = ANY (ARRAY['file'::text, 'dir'::text, 'symlink'::text]))),
-    CONSTRAINT tree_entries_mode_check CHECK (((mode >= 0) AND (mode <= 4095))),
-    CONSTRAINT tree_entries_name_check CHECK (((name <> ALL (ARRAY[''::text, '.'::text, '..'::text])) AND (strpos(name, '/'::text) = 0) AND (octet_length(name) <= 255))),
-    CONSTRAINT tree_entries_size_check CHECK ((size >= 0))
-);
 
 CREATE FUNCTION shell.tree_entry(p_root text, p_parts text[]) RETURNS shell.tree_entries
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2226,18 +2329,42 @@ CREATE FUNCTION shell_api.read_file(p_session_id uuid, p_path text, p_command_id
     SET search_path TO ''
     AS $$
 DECLARE
-    root text := shell.root_at(p_session_id, p_command_id);
-    entry shell.tree_entries := shell.tree_entry(root, shell.path_parts(p_path));
+    entry shell.tree_entries := shell.file_entry(p_session_id, p_path, p_command_id);
+    content bytea := shell.blob_content(entry.object);
 BEGIN
-    IF entry.tree IS NULL THEN
-        RAISE EXCEPTION 'no such file: %', p_path USING ERRCODE = '22023',
-            HINT = 'List the session''s files with session_files.';
+    IF encode(sha256(content), 'hex') <> entry.object OR octet_length(content) <> entry.size THEN
+        PERFORM shell.blob_corrupted(entry.object);
     END IF;
-    IF entry.kind <> 'file' THEN
-        RAISE EXCEPTION '% is a %, not a file', p_path, CASE entry.kind WHEN 'dir' THEN 'directory' ELSE 'symbolic link' END
-            USING ERRCODE = '22023';
+    RETURN content;
+END
+$$;
+
+CREATE FUNCTION shell_api.read_file_part(p_session_id uuid, p_path text, p_command_id bigint DEFAULT NULL::bigint, p_offset bigint DEFAULT 0, p_length integer DEFAULT 1048576, p_sha256 text DEFAULT NULL::text) RETURNS TABLE(sha256 text, size bigint, data bytea)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    entry shell.tree_entries := shell.file_entry(p_session_id, p_path, p_command_id);
+BEGIN
+    IF p_offset IS NULL OR p_offset < 0 OR p_length IS NULL OR p_length NOT BETWEEN 0 AND 4194304 THEN
+        RAISE EXCEPTION 'p_offset must be at least 0 and p_length between 0 and 4194304' USING ERRCODE = '22023';
     END IF;
-    RETURN shell.blob_content(entry.object);
+    IF p_sha256 IS NOT NULL AND p_sha256 <> entry.object THEN
+        RAISE EXCEPTION '% changed while it was read', p_path USING ERRCODE = 'PT409',
+            HINT = 'Read it again from the start, or read it as of a command (p_command_id).';
+    END IF;
+    RETURN QUERY
+    WITH c AS (
+        SELECT k.seq, k.data, octet_length(k.data)::bigint AS len,
+               sum(octet_length(k.data)::bigint) OVER (ORDER BY k.seq) - octet_length(k.data) AS start
+        FROM shell.blob_chunks k WHERE k.sha256 = entry.object
+    )
+    SELECT entry.object, entry.size,
+           coalesce(string_agg(substring(c.data FROM (greatest(p_offset - c.start, 0) + 1)::integer
+                                         FOR (least(c.start + c.len, p_offset + p_length)
+                                              - greatest(c.start, p_offset))::integer),
+                               ''::bytea ORDER BY c.seq), ''::bytea)
+    FROM c WHERE c.start < p_offset + p_length AND c.start + c.len > p_offset;
 END
 $$;
 
@@ -2472,6 +2599,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.upload_discard(p_upload_id uuid) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    DELETE FROM shell.upload_parts p WHERE p.user_id = shell.current_user_id() AND p.upload_id = p_upload_id
+$$;
+
 CREATE FUNCTION shell_api.upload_file(p_session_id uuid, p_path text, p_content bytea, p_mode integer DEFAULT 420) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2527,6 +2661,74 @@ BEGIN
     UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
     UPDATE shell.lanes l SET cached_on = NULL WHERE l.session_id = s.id;  -- no host's copy holds it
     RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION shell_api.upload_finish(p_upload_id uuid, p_session_id uuid, p_path text, p_mode integer DEFAULT 420) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    uid uuid := shell.current_user_id();
+    content bytea;
+    parts integer;
+BEGIN
+    SELECT string_agg(p.data, ''::bytea ORDER BY p.seq), count(*) INTO content, parts
+    FROM shell.upload_parts p WHERE p.user_id = uid AND p.upload_id = p_upload_id;
+    IF parts = 0 THEN
+        RAISE EXCEPTION 'no upload %', p_upload_id USING ERRCODE = '22023',
+            HINT = 'Stage its parts with upload_part first (an empty file is one empty part).';
+    END IF;
+    DELETE FROM shell.upload_parts p WHERE p.user_id = uid AND p.upload_id = p_upload_id;
+    RETURN shell_api.upload_file(p_session_id, p_path, content, p_mode);
+END
+$$;
+
+CREATE FUNCTION shell_api.upload_part(p_upload_id uuid, p_seq integer, p_data bytea) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    uid uuid := shell.current_user_id();
+    max_upload constant bigint := 67108864;  -- as shell_api.upload_file
+    open_max integer := (SELECT value::integer FROM shell.config WHERE key = 'upload_open_max');
+    stale interval := make_interval(secs => (SELECT value::double precision FROM shell.config
+                                             WHERE key = 'upload_stale_after_s'));
+    expected integer;
+    staged bigint;
+BEGIN
+    IF p_upload_id IS NULL OR p_seq IS NULL OR p_data IS NULL THEN
+        RAISE EXCEPTION 'p_upload_id, p_seq and p_data are required' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_data) > 4194304 THEN
+        RAISE EXCEPTION 'a part is at most 4194304 bytes (this one has %)', octet_length(p_data)
+            USING ERRCODE = 'PT413', HINT = 'Send the file in more, smaller parts.';
+    END IF;
+    IF p_seq = 0 THEN
+        -- One user's new uploads one at a time, so the count below holds.
+        PERFORM pg_advisory_xact_lock(hashtext('shell.upload_parts'), hashtext(uid::text));
+        DELETE FROM shell.upload_parts p WHERE p.user_id = uid AND p.created_at < now() - stale;
+        IF (SELECT count(DISTINCT p.upload_id) FROM shell.upload_parts p
+            WHERE p.user_id = uid AND p.upload_id <> p_upload_id) >= open_max THEN
+            RAISE EXCEPTION 'too many uploads in progress (at most %)', open_max
+                USING ERRCODE = 'PT429',
+                      HINT = 'Finish or discard (upload_discard) the uploads already started.';
+        END IF;
+    END IF;
+    SELECT coalesce(max(p.seq) + 1, 0), coalesce(sum(octet_length(p.data)), 0)
+    INTO expected, staged
+    FROM shell.upload_parts p WHERE p.user_id = uid AND p.upload_id = p_upload_id;
+    IF p_seq <> expected THEN
+        RAISE EXCEPTION 'part % of upload % comes out of order: part % is next', p_seq, p_upload_id, expected
+            USING ERRCODE = '22023', HINT = 'Send the parts in order, starting from 0.';
+    END IF;
+    staged := staged + octet_length(p_data);
+    IF staged > max_upload THEN
+        RAISE EXCEPTION 'file is too large (more than % bytes)', max_upload USING ERRCODE = 'PT413',
+            DETAIL = format('An upload may be at most %s bytes.', max_upload);
+    END IF;
+    INSERT INTO shell.upload_parts (user_id, upload_id, seq, data) VALUES (uid, p_upload_id, p_seq, p_data);
+    RETURN staged;
 END
 $$;
 
@@ -2658,6 +2860,16 @@ CREATE TABLE shell.trees (
     CONSTRAINT trees_size_check CHECK ((size >= 0))
 );
 
+CREATE TABLE shell.upload_parts (
+    user_id uuid NOT NULL,
+    upload_id uuid NOT NULL,
+    seq integer NOT NULL,
+    data bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT upload_parts_data_check CHECK ((octet_length(data) <= 4194304)),
+    CONSTRAINT upload_parts_seq_check CHECK ((seq >= 0))
+);
+
 CREATE TABLE shell.usage_watermarks (
     consumer text NOT NULL,
     covered_until timestamp with time zone NOT NULL,
@@ -2729,6 +2941,9 @@ ALTER TABLE ONLY shell.tree_entries
 ALTER TABLE ONLY shell.trees
     ADD CONSTRAINT trees_pkey PRIMARY KEY (hash);
 
+ALTER TABLE ONLY shell.upload_parts
+    ADD CONSTRAINT upload_parts_pkey PRIMARY KEY (user_id, upload_id, seq);
+
 ALTER TABLE ONLY shell.usage_watermarks
     ADD CONSTRAINT usage_watermarks_pkey PRIMARY KEY (consumer);
 
@@ -2779,6 +2994,8 @@ CREATE INDEX sessions_user_id ON shell.sessions USING btree (user_id, created_at
 CREATE INDEX sessions_user_live ON shell.sessions USING btree (user_id) WHERE (archived_at IS NULL);
 
 CREATE INDEX tree_entries_object ON shell.tree_entries USING btree (object) WHERE (object IS NOT NULL);
+
+CREATE INDEX upload_parts_created_at ON shell.upload_parts USING btree (created_at);
 
 CREATE TRIGGER lanes_announce AFTER INSERT ON shell.lanes FOR EACH ROW EXECUTE FUNCTION shell.announce_session();
 
@@ -2831,6 +3048,9 @@ ALTER TABLE ONLY shell.sessions
 ALTER TABLE ONLY shell.tree_entries
     ADD CONSTRAINT tree_entries_tree_fkey FOREIGN KEY (tree) REFERENCES shell.trees(hash) ON DELETE CASCADE;
 
+ALTER TABLE ONLY shell.upload_parts
+    ADD CONSTRAINT upload_parts_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id) ON DELETE CASCADE;
+
 ALTER TABLE shell.blob_chunks ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.blobs ENABLE ROW LEVEL SECURITY;
@@ -2864,6 +3084,8 @@ ALTER TABLE shell.signing_keys ENABLE ROW LEVEL SECURITY;
 ALTER TABLE shell.tree_entries ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.trees ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.upload_parts ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.usage_watermarks ENABLE ROW LEVEL SECURITY;
 

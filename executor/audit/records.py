@@ -18,9 +18,12 @@ from typing import Any, Protocol
 # Version 2 added the roots of the session's files before and after the
 # command (sql/migrations/0011_workspace.sql); version 3 the link's own
 # chain_seq and chain_prev, so a signature also vouches for where the link
-# sits (sql/migrations/0017_limits_quotas_audit.sql). Earlier records stay
-# valid for what they state.
-RECORD_VERSION = 3
+# sits (sql/migrations/0017_limits_quotas_audit.sql); version 4 the upload
+# the entry applied (null for a command), so the database's record of an
+# upload, which no executor signs, vouches for what was put where
+# (sql/migrations/0025_audit_uploads_files.sql). Earlier records stay valid
+# for what they state.
+RECORD_VERSION = 4
 DATABASE_SIGNER = "database"
 FACT_FIELDS_V1 = (
     "command_id", "session_id", "user_id", "command_sha256", "status", "exit_code", "reason",
@@ -28,14 +31,14 @@ FACT_FIELDS_V1 = (
     "image_digest", "worker_id", "attempt", "duration_ms",
 )
 FACT_FIELDS_V2 = (*FACT_FIELDS_V1, "root_before", "root_after")
-FACT_FIELDS = (*FACT_FIELDS_V2, "chain_seq", "chain_prev")
+FACT_FIELDS_V3 = (*FACT_FIELDS_V2, "chain_seq", "chain_prev")
+FACT_FIELDS = (*FACT_FIELDS_V3, "upload")
 
 
 def fact_fields(version: object) -> tuple[str, ...]:
     """The facts a record of this version vouches for."""
-    if version == 1:
-        return FACT_FIELDS_V1
-    return FACT_FIELDS_V2 if version == 2 else FACT_FIELDS
+    return {1: FACT_FIELDS_V1, 2: FACT_FIELDS_V2, 3: FACT_FIELDS_V3}.get(
+        version if isinstance(version, int) else 0, FACT_FIELDS)
 
 
 def binds_position(record: Mapping[str, Any]) -> bool:
@@ -80,6 +83,7 @@ def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
         "root_after": row.get("root_after"),
         "chain_seq": row.get("chain_seq"),
         "chain_prev": row.get("chain_prev"),
+        "upload": row.get("upload"),
     }
 
 
@@ -159,6 +163,7 @@ def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Com
         "root_before": claimed.root,
         "root_after": claimed.root if outcome.root_after is None else outcome.root_after,
         "host": outcome.host, "chain_seq": position.seq, "chain_prev": position.prev,
+        "upload": None,  # an executor runs commands; the database applies uploads
     })
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from executor.audit import verify as audit
+from executor.audit.files import Files
 from executor.cli import Commands
 from executor.config import Settings
 from executor.errors import PgShellError
@@ -24,9 +25,14 @@ def register(commands: Commands) -> None:
     verify = actions.add_parser(
         "verify", help="check every chain and signature (over DATABASE_URL)",
         description="Recompute each session's chain and check each signature with the public keys "
-                    "registered in the database (or only the --trust keys). Reports the first "
-                    "broken link of each session and its cause. Exit 0 when intact, 1 otherwise.")
+                    "registered in the database (or only the --trust keys). Reports every broken "
+                    "link and its cause. Uploads, which the database applies, are vouched for by "
+                    "the database's records. Exit 0 when intact, 1 otherwise.")
     _common(verify)
+    verify.add_argument("--files", action="store_true",
+                        help="also read the trees and blobs below every recorded root and "
+                             "recompute their hashes (and each upload's resulting root); reports "
+                             "each mismatch with its command or upload and path")
     verify.set_defaults(handler=cmd_verify)
     head = actions.add_parser(
         "head", help="export each session's chain head, to check later with verify --head",
@@ -105,11 +111,14 @@ def _print_report(report: audit.Report, as_json: bool, keys_note: str) -> int:
         print(json.dumps({**report.to_json(), "keys": keys_note}, indent=2))
         return 0 if report.intact else 1
     print(keys_note, file=sys.stderr)
+    files = ("" if report.files is None else
+             f" (files: {report.files['trees']} trees, {report.files['blobs']} blobs recomputed)")
     if report.intact:
-        print(f"intact: {report.links} links in {report.sessions} sessions")
+        print(f"intact: {report.links} links in {report.sessions} sessions{files}")
     else:
-        print(f"BROKEN: {len(report.breaks)} of {report.sessions} sessions "
-              f"({report.links} links checked)")
+        broken = len({b.session_id for b in report.breaks})
+        print(f"BROKEN: {len(report.breaks)} breaks in {broken} of {report.sessions} sessions "
+              f"({report.links} links checked){files}")
         for found in report.breaks:
             print(f"  {found.describe()}")
     return 0 if report.intact else 1
@@ -121,7 +130,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
     with as_admin(settings.require_database_url(), "audit verify") as conn:
         keys = _trusted(args, {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)})
-        report = audit.verify(db_audit.history(conn, args.session), keys, _heads(args))
+        files = Files(db_audit.StoredFiles(conn)) if args.files else None
+        report = audit.verify(db_audit.history(conn, args.session), keys, _heads(args), files)
     return _print_report(report, args.json, _keys_note(args, "database"))
 
 

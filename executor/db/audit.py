@@ -35,3 +35,24 @@ def history(conn: Connection, session_id: str | None = None
 def register_key(conn: Connection, public_key_hex: str, owner: str) -> str:
     return str(query(conn, "SELECT shell.register_signing_key(%s, %s) AS key_id",
                      (public_key_hex, owner))[0]["key_id"])
+
+
+class StoredFiles:
+    """Trees and blobs as the database holds them, for `audit verify --files`
+    (executor/audit/files.py recomputes their hashes)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def trees(self, hashes: list[str]) -> dict[str, tuple[int, list[dict[str, Any]]]]:
+        rows = query(self._conn, "SELECT * FROM shell.audit_trees(%s::text[])", (hashes,))
+        return {r["hash"]: (int(r["size"]), list(r["entries"])) for r in rows}
+
+    def blobs(self, digests: list[str]) -> dict[str, tuple[int, int, list[int]]]:
+        rows = query(self._conn, "SELECT * FROM shell.audit_blobs(%s::text[])", (digests,))
+        return {r["sha256"]: (int(r["size"]), int(r["chunks"]), list(r["seqs"])) for r in rows}
+
+    def chunk(self, digest: str, seq: int) -> bytes | None:
+        rows = query(self._conn, "SELECT shell.blob_chunk(%s, %s) AS data", (digest, seq))
+        data = rows[0]["data"] if rows else None
+        return None if data is None else bytes(data)

@@ -4,6 +4,7 @@ each test, which may tamper with it as superuser."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -54,14 +55,19 @@ class History:
         self.users = users
 
 
-@pytest.fixture(scope="module")
-def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client: Any,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+Script = Callable[[Daemon, Shell, Shell], dict[str, int]]
+
+
+@contextlib.contextmanager
+def recorded(admin_dsn: str, template_db: str, sandbox_image: str, docker_client: Any,
+             tmp: Path, script: Script) -> Iterator[History]:
+    """A database holding the history ``script`` makes: it drives alice's and
+    bob's sessions (the daemon not yet started) and returns command ids by
+    name. The database is the template each test's copy is cloned from."""
     name = f"pgshell_h_{uuid.uuid4().hex[:12]}"
     admin = connect(admin_dsn)
     query(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     dsn = with_database(admin_dsn, name)
-    tmp = tmp_path_factory.mktemp("history")
     volumes = tempfile.mkdtemp(prefix="pgtest-audit-vol-", dir="/var/tmp")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
     env.update({
@@ -77,19 +83,7 @@ def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client:
         users = {"alice": create_user(dsn, "alice"), "bob": create_user(dsn, "bob")}
         a, b = Shell(dsn, users["alice"]), Shell(dsn, users["bob"])
         shells += [a, b]
-        ids: dict[str, int] = {}
-        # Cancelled while pending, before any executor runs: a database record.
-        ids["cancelled"] = a.submit("echo never")
-        assert a.cancel(ids["cancelled"])
-        daemon.start()
-        ids["hello"] = a.run("echo hello")["id"]
-        ids["state"] = a.run("mkdir -p w && cd w && export GREETING=hi")["id"]
-        ids["false"] = a.run("false")["id"]
-        ids["nul"] = a.run("printf 'a\\0b\\n'; echo after")["id"]
-        ids["last"] = a.run('echo "$GREETING from $PWD"')["id"]
-        ids["bob"] = b.run("echo bob")["id"]
-        assert a.command(ids["nul"])["output"] == "a\ufffdb\nafter\n"
-        assert a.command(ids["last"])["output"] == "hi from /home/sandbox/w\n"
+        ids = script(daemon, a, b)
         daemon.stop()
         sessions = {"alice": str(a.session_id), "bob": str(b.session_id)}
         for shell in shells:
@@ -109,6 +103,38 @@ def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client:
         remove_session_volumes(docker_client, volumes)
         query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def _commands(daemon: Daemon, a: Shell, b: Shell) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    # Cancelled while pending, before any executor runs: a database record.
+    ids["cancelled"] = a.submit("echo never")
+    assert a.cancel(ids["cancelled"])
+    daemon.start()
+    ids["hello"] = a.run("echo hello")["id"]
+    ids["state"] = a.run("mkdir -p w && cd w && export GREETING=hi")["id"]
+    ids["false"] = a.run("false")["id"]
+    ids["nul"] = a.run("printf 'a\\0b\\n'; echo after")["id"]
+    ids["last"] = a.run('echo "$GREETING from $PWD"')["id"]
+    ids["bob"] = b.run("echo bob")["id"]
+    assert a.command(ids["nul"])["output"] == "a\ufffdb\nafter\n"
+    assert a.command(ids["last"])["output"] == "hi from /home/sandbox/w\n"
+    return ids
+
+
+def history_of(script: Script) -> Any:
+    """A module's ``history`` fixture: the history ``script`` makes, made once."""
+    @pytest.fixture(scope="module")
+    def history(admin_dsn: str, template_db: str, sandbox_image: str, docker_client: Any,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+        with recorded(admin_dsn, template_db, sandbox_image, docker_client,
+                      tmp_path_factory.mktemp("history"), script) as made:
+            yield made
+
+    return history
+
+
+history = history_of(_commands)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from executor.audit.records import GENESIS, chain_hash
+from executor.audit.records import GENESIS, RECORD_VERSION, chain_hash
 from executor.audit.signing import Signer
 from tests.audit.conftest import cli, verify
 
@@ -52,7 +52,7 @@ def test_every_record_names_the_position_it_holds_executors_and_the_databases(co
     for row in rows:
         record = json.loads(row["result_record"])
         assert (record["v"], record["chain_seq"], record["chain_prev"]) == (
-            3, row["chain_seq"], row["chain_prev"])
+            RECORD_VERSION, row["chain_seq"], row["chain_prev"])
     assert rows[0]["signature"] is None and all(r["signature"] for r in rows[1:])
     assert verify(copy, *trusted(history))[0] == 0
 

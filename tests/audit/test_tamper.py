@@ -212,3 +212,20 @@ def test_verify_prints_a_readable_report(copy, sql, history):
     done = cli(copy, "audit", "verify")
     assert done.returncode == 1
     assert f"command {history.ids['false']} (chain_seq 4): edited [exit_code]" in done.stdout
+
+
+def test_every_break_of_a_session_is_reported_not_only_the_first(copy, sql, history):
+    ids = history.ids
+    sql("UPDATE shell.commands SET output = 'goodbye\n' WHERE id = %s", (ids["hello"],))
+    sql("DELETE FROM shell.output_chunks WHERE command_id = %s", (ids["state"],))
+    sql("DELETE FROM shell.commands WHERE id = %s", (ids["state"],))
+    sql("UPDATE shell.commands SET exit_code = 0 WHERE id = %s", (ids["false"],))
+    sql("UPDATE shell.commands SET exit_code = 7 WHERE id = %s", (ids["last"],))
+    code, report = verify(copy)
+    found = [(b["command_id"], b["chain_seq"], b["cause"], b["field"]) for b in report["breaks"]]
+    assert (code, found) == (1, [(ids["hello"], 2, "edited", "output"),
+                                 (ids["false"], 4, "deleted", None),
+                                 (ids["false"], 4, "edited", "exit_code"),
+                                 (ids["last"], 6, "edited", "exit_code")])
+    done = cli(copy, "audit", "verify")
+    assert "BROKEN: 4 breaks in 1 of 2 sessions" in done.stdout
