@@ -56,6 +56,16 @@ def register(commands: Commands) -> None:
     quota.add_argument("--output-mb", type=int, metavar="MB",
                        help="most output (MiB) the user's kept commands may store; past it, "
                             "submitting fails with 429")
+    quota.add_argument("--files-mb", type=int, metavar="MB",
+                       help="most file bytes (MiB) the kept history of the user's sessions may "
+                            "hold: every version of every file, and each directory entry; past "
+                            "it, uploads and commands that add files fail")
+    quota.add_argument("--tree-entries", type=int, metavar="N",
+                       help="most entries one directory of a session may hold")
+    quota.add_argument("--root-entries", type=int, metavar="N",
+                       help="most entries (files, directories, links) a session's home may hold")
+    quota.add_argument("--uploads-per-minute", type=int, metavar="N",
+                       help="most uploads the user may make in a minute (429 beyond)")
     quota.add_argument("--json", action="store_true", help="print JSON")
     quota.set_defaults(handler=cmd_user_quota)
 
@@ -110,10 +120,13 @@ def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
     with as_admin(settings.require_database_url(), "user quota") as conn:
         row = db_admin.set_quota(conn, args.username, args.sessions, args.running, args.queued,
-                                 args.output_mb)
+                                 args.output_mb, args.files_mb, args.tree_entries,
+                                 args.root_entries, args.uploads_per_minute)
     print(json.dumps(row) if args.json else
           f"{row['username']}: sessions {row['max_sessions']}, running {row['max_running']}, "
-          f"queued {row['max_queued']}, output {row['max_output_mb']} MiB")
+          f"queued {row['max_queued']}, output {row['max_output_mb']} MiB, "
+          f"files {row['max_files_mb']} MiB, {row['max_tree_entries']} entries a directory, "
+          f"{row['max_root_entries']} a home, {row['max_uploads_per_minute']} uploads a minute")
     return 0
 
 

@@ -14,9 +14,12 @@ def create_user(conn: Connection, username: str, password: str) -> str:
 
 
 def set_quota(conn: Connection, username: str, sessions: int | None, running: int | None,
-              queued: int | None, output_mb: int | None = None) -> dict[str, Any]:
-    return query(conn, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s, %s)",
-                 (username, sessions, running, queued, output_mb))[0]
+              queued: int | None, output_mb: int | None = None, files_mb: int | None = None,
+              tree_entries: int | None = None, root_entries: int | None = None,
+              uploads_per_minute: int | None = None) -> dict[str, Any]:
+    return query(conn, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                 (username, sessions, running, queued, output_mb, files_mb, tree_entries,
+                  root_entries, uploads_per_minute))[0]
 
 
 def jwt_secret(conn: Connection) -> str:

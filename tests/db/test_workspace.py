@@ -84,10 +84,12 @@ def test_uploads_past_the_quota_store_nothing(db):
     alice = new_tenant(db, "alice")
     session = alice.session()
     su = superuser(db)
-    su.cursor().execute("UPDATE shell.users SET max_file_bytes = 10 WHERE username = 'alice'")
+    # An entry of a tree counts about what it takes in the database (338
+    # bytes with a one-letter name), a file's content its size.
+    su.cursor().execute("UPDATE shell.users SET max_file_bytes = 1000 WHERE username = 'alice'")
     one(alice.conn, "SELECT shell_api.upload_file(%s, 'a', %s)", (session, b"12345678"))
     blobs = one(su, "SELECT count(*) FROM shell.blobs")
-    with raises_sqlstate("PT413", "files quota"):
+    with raises_sqlstate("PT413", "files quota reached (1027 of 1000 bytes)"):
         call(alice.conn, "SELECT shell_api.upload_file(%s, 'b', %s)", (session, b"12345"))
     assert one(su, "SELECT count(*) FROM shell.blobs") == blobs
     assert [r["path"] for r in call(alice.conn, "SELECT * FROM shell_api.session_files(%s)",
