@@ -46,6 +46,11 @@ GRANT EXECUTE ON FUNCTION
     shell_api.read_file(uuid, text, bigint),
     shell_api.command_changes(bigint),
     shell_api.upload_file(uuid, text, bytea, integer),
+    -- files in parts (0023_streamed_files)
+    shell_api.upload_part(uuid, integer, bytea),
+    shell_api.upload_finish(uuid, uuid, text, integer),
+    shell_api.upload_discard(uuid),
+    shell_api.read_file_part(uuid, text, bigint, bigint, integer, text),
     shell_api.rename_session(uuid, text),
     shell_api.archive_session(uuid),
     shell_api.warm_session(uuid),
@@ -121,12 +126,17 @@ GRANT EXECUTE ON FUNCTION
     shell.audit_history(uuid),
     shell.audit_sessions(uuid),
     shell.audit_keys(),
+    -- `audit verify --files`: trees and blobs read to recompute their hashes
+    shell.audit_trees(text[]),
+    shell.audit_blobs(text[]),
+    shell.blob_chunk(text, integer),
     shell.register_signing_key(text, text),
     shell.retention_sessions(timestamptz, uuid, integer),
     shell.retention_plan(uuid, timestamptz, integer),
     shell.apply_retention(uuid, bigint[], bigint, text, bigint, text, text, text),
     shell.idle_sessions(uuid[], timestamptz),
     shell.collect_files(interval),
+    shell.collect_upload_parts(),
     shell.usage_report(text, timestamptz),
     -- image rollout (`pg-shell image promote|list|prune`)
     shell.promote_image(text),
@@ -138,5 +148,7 @@ GRANT SELECT ON shell.users TO shell_admin;
 -- The gateway verifies tokens with the database's secret.
 GRANT USAGE ON SCHEMA shell TO shell_authenticator;
 GRANT EXECUTE ON FUNCTION shell.jwt_secret() TO shell_authenticator, shell_admin;
+-- PostgREST's db-pre-request (0023_streamed_files): runs as the request's role.
+GRANT EXECUTE ON FUNCTION shell.request_slot() TO shell_anon, shell_user;
 -- … and exports the queue depth on /metrics.
 GRANT EXECUTE ON FUNCTION shell.queue_depth() TO shell_authenticator;
