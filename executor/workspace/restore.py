@@ -7,10 +7,18 @@ that differ are read); any other copy is wiped and rebuilt. Either way the
 writing happens inside a locked-down container (Sandbox.restore), fed a tar
 stream built here from blobs read from the database, never by extracting
 tenant data on the host.
+
+Each blob is checked against its SHA-256 and size as it is read: its last
+chunk is sent only once they match, so a blob altered in the database ends
+the stream short of it and the restore fails with the reason. The file's
+header carries the SHA-256 too (PAX PGSHELL.sha256): the supervisor writes
+the bytes under a name of its own and puts them in place only when they
+match, so a file is never left holding altered bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
@@ -22,6 +30,7 @@ from executor.errors import PgShellError
 from .cache import HostCache, Index
 
 BLOCK = 512
+SHA256_HEADER = "PGSHELL.sha256"  # a file's blob, for the supervisor to check
 TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}
 
 # (header, tar stream) -> the restore container's conversation
@@ -56,37 +65,68 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
         writes = listing
         header = {"wipe": True, "delete": []}
     cache.forget(session_id)  # half-restored is untrusted too
-    conversation = restorer(header, tar_stream(store, writes))
+    stream = TarStream(store, writes)
+    conversation = restorer(header, stream)
+    if stream.failure:  # the stream ended short of it; the container's error says less
+        raise RestoreFailed(f"restoring session {session_id}: {stream.failure}")
     if not conversation.restored or not conversation.manifest_done:
         raise RestoreFailed(f"restoring session {session_id}: "
                             f"{conversation.restore_error or 'no answer'}")
     return _index_of(root, listing, conversation.manifest)
 
 
-def tar_stream(store: WorkspaceStore, entries: list[dict[str, Any]]) -> Iterator[bytes]:
+class TarStream:
     """A tar archive of ``entries`` (rows of a listing or a diff), each file's
-    bytes streamed chunk by chunk from the database."""
-    for e in entries:
-        info = tarfile.TarInfo(e["path"])
-        info.type = TAR_TYPES[e["kind"]]
-        info.mode = e["mode"]
-        info.size = e["size"] if e["kind"] == "file" else 0
-        info.linkname = e["target"] or ""
-        yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
-        if e["kind"] != "file":
-            continue
-        sent = 0
+    bytes streamed chunk by chunk from the database. A blob that does not
+    hash to its SHA-256 (or holds another size) ends the archive before its
+    last chunk, and ``failure`` says why: the restore must fail."""
+
+    def __init__(self, store: WorkspaceStore, entries: list[dict[str, Any]]) -> None:
+        self._store = store
+        self._entries = entries
+        self.failure: str | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        for e in self._entries:
+            info = tarfile.TarInfo(e["path"])
+            info.type = TAR_TYPES[e["kind"]]
+            info.mode = e["mode"]
+            info.size = e["size"] if e["kind"] == "file" else 0
+            info.linkname = e["target"] or ""
+            if e["kind"] == "file":
+                info.pax_headers = {SHA256_HEADER: e["object"]}
+            yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
+            if e["kind"] != "file":
+                continue
+            yield from self._blob(e["path"], e["object"], info.size)
+            if self.failure:
+                return
+            if info.size % BLOCK:
+                yield b"\0" * (BLOCK - info.size % BLOCK)
+        yield b"\0" * (2 * BLOCK)
+
+    def _blob(self, path: str, digest: str, size: int) -> Iterator[bytes]:
+        """The blob's chunks, each sent once the next is read: the last one
+        only after the whole blob was checked."""
+        hasher = hashlib.sha256()
+        held: bytes | None = None
+        read = 0
         for seq in itertools.count():
-            chunk = store.blob_chunk(e["object"], seq)
+            chunk = self._store.blob_chunk(digest, seq)
             if chunk is None:
                 break
-            sent += len(chunk)
-            yield chunk
-        if sent != info.size:
-            raise RestoreFailed(f"blob {e['object']} holds {sent} bytes, expected {info.size}")
-        if sent % BLOCK:
-            yield b"\0" * (BLOCK - sent % BLOCK)
-    yield b"\0" * (2 * BLOCK)
+            hasher.update(chunk)
+            read += len(chunk)
+            if held is not None:
+                yield held
+            held = chunk
+        if read != size:
+            self.failure = f"{path!r}: blob {digest} holds {read} bytes, its entry says {size}"
+        elif hasher.hexdigest() != digest:
+            self.failure = (f"{path!r}: the stored bytes of blob {digest} hash to "
+                            f"{hasher.hexdigest()} (altered in the database)")
+        elif held is not None:
+            yield held
 
 
 def _index_of(root: str, listing: list[dict[str, Any]], manifest: list[list[Any]]) -> Index:
