@@ -19,6 +19,7 @@ from typing import Any
 import psycopg2.extensions
 import pytest
 
+from executor.audit.records import GENESIS, chain_hash
 from executor.db.connection import connect, query
 from tests.conftest import with_database
 from tests.executor.conftest import REPO, Daemon, Shell, remove_session_volumes
@@ -135,6 +136,25 @@ def history_of(script: Script) -> Any:
 
 
 history = history_of(_commands)
+
+
+Sql = Callable[..., list[dict[str, Any]]]  # runs a statement as superuser (the attacker)
+
+
+def relink(sql: Sql, session_id: str, command_ids: list[int]) -> None:
+    """Makes ``command_ids`` the session's whole chain, in this order, with
+    every hash recomputed: what an attacker does to hide a change."""
+    sql("UPDATE shell.commands SET chain_seq = -id WHERE session_id = %s AND chain_seq > 0",
+        (session_id,))
+    prev = GENESIS
+    for seq, cid in enumerate(command_ids, 1):
+        record = sql("SELECT result_record FROM shell.commands WHERE id = %s", (cid,))[0]
+        link = chain_hash(prev, record["result_record"])
+        sql("UPDATE shell.commands SET chain_seq = %s, chain_prev = %s, chain_hash = %s"
+            " WHERE id = %s", (seq, prev, link, cid))
+        prev = link
+    sql("UPDATE shell.lanes SET chain_seq = %s, chain_head = %s WHERE session_id = %s",
+        (len(command_ids), prev, session_id))
 
 
 @pytest.fixture

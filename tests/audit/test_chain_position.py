@@ -8,35 +8,16 @@ cut short at its end is caught against a head exported before."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
-from executor.audit.records import GENESIS, RECORD_VERSION, chain_hash
+from executor.audit.records import GENESIS, RECORD_VERSION
 from executor.audit.signing import Signer
-from tests.audit.conftest import cli, verify
+from tests.audit.conftest import cli, relink, verify
 
-Sql = Callable[..., list[dict[str, Any]]]
 ALICE_ORDER = ("cancelled", "hello", "state", "false", "nul", "last")  # chain_seq 1..6
 
 
 def trusted(history) -> tuple[str, str]:
     return "--trust", Signer.from_file(history.key_file).public_key_hex
-
-
-def relink(sql: Sql, session_id: str, command_ids: list[int]) -> None:
-    """Makes ``command_ids`` the session's whole chain, in this order, with
-    every hash recomputed: what an attacker does to hide a change."""
-    sql("UPDATE shell.commands SET chain_seq = -id WHERE session_id = %s AND chain_seq > 0",
-        (session_id,))
-    prev = GENESIS
-    for seq, cid in enumerate(command_ids, 1):
-        record = sql("SELECT result_record FROM shell.commands WHERE id = %s", (cid,))[0]
-        link = chain_hash(prev, record["result_record"])
-        sql("UPDATE shell.commands SET chain_seq = %s, chain_prev = %s, chain_hash = %s"
-            " WHERE id = %s", (seq, prev, link, cid))
-        prev = link
-    sql("UPDATE shell.lanes SET chain_seq = %s, chain_head = %s WHERE session_id = %s",
-        (len(command_ids), prev, session_id))
 
 
 def only_break(report: dict) -> dict:

@@ -9,8 +9,8 @@ import hashlib
 import json
 from typing import Any
 
-from executor.audit.records import DATABASE_SIGNER, RECORD_VERSION
-from tests.audit.conftest import cli, history_of, verify
+from executor.audit.records import DATABASE_SIGNER, RECORD_VERSION, canonical
+from tests.audit.conftest import cli, history_of, relink, verify
 from tests.executor.conftest import Daemon, Shell
 from tests.support import one
 
@@ -118,3 +118,20 @@ def test_a_deleted_blob_is_found_under_the_roots(copy, sql, history):
     sql("DELETE FROM shell.blob_chunks WHERE sha256 = %s", (digest,))
     code, report = verify(copy, "--files")
     assert (code, breaks(report)) == (1, [(history.ids["replace"], "edited", "blob", "src/a.txt")])
+
+
+def test_an_upload_rewritten_with_its_record_is_found_against_its_roots(copy, sql, history):
+    # The database vouches for an upload: an attacker can rewrite its record
+    # too, and re-link the chain. The file its root holds still says what
+    # was put there.
+    upload = sql("SELECT * FROM shell.commands WHERE id = %s", (history.ids["upload"],))[0]
+    record = json.loads(upload["result_record"])
+    record["upload"]["mode"] = 0o777
+    sql("UPDATE shell.commands SET upload = %s::jsonb, result_record = %s WHERE id = %s",
+        (json.dumps(record["upload"]), canonical(record), history.ids["upload"]))
+    relink(sql, history.sessions["alice"],
+           [history.ids[n] for n in ("made", "upload", "cat", "replace", "last")])
+    code, report = verify(copy, "--files")
+    assert code == 1
+    assert (history.ids["upload"], "edited", "root_after", "in/data.txt") in breaks(report)
+    assert "'in/data.txt'" in report["breaks"][-1]["detail"]
