@@ -406,6 +406,11 @@ def test_cp_refusals_exit_non_zero_with_the_servers_message(logged_in, tmp_path,
     assert " of 20 bytes) [PT413] (Deleting files does not free it" in over, over
     tenant = support.tenant(db, user)
     try:
+        # Past the files quota no command is queued either: raise it again.
+        conn = psycopg2.connect(db)
+        conn.autocommit = True
+        conn.cursor().execute("UPDATE shell.users SET max_file_bytes = DEFAULT")
+        conn.close()
         # No executor runs: the command stays queued.
         call(tenant, "SELECT shell_api.submit_command(%s, 'true')", (session,))
     finally:
