@@ -1,18 +1,23 @@
 """A small client for the HTTP API (`/rpc/<function>`, PostgREST's protocol),
-served by PostgREST or `pg-shell serve`. Error bodies become ApiError."""
+served by PostgREST or `pg-shell serve`, over one kept-alive connection
+(http_connection.py). Error bodies become ApiError."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Self
-
-import httpx
 
 from executor.errors import ApiError, ApiUnavailable
+from executor.http_connection import Connection, Response, TransportError
+
+TYPE_CHECKING = False  # `typing` is not needed at run time (see executor/cli/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Self
 
 # Beyond a long poll's own wait, how long an answer may take to arrive.
 _SLACK_S = 15.0
 OCTET_STREAM = "application/octet-stream"
+FILES_PAGE = 1000  # session_files rows per call (its most)
 
 
 class ApiClient:
@@ -20,10 +25,10 @@ class ApiClient:
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        headers = {"Accept": "application/json"}
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._http = Connection(self.url, timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -56,6 +61,22 @@ class ApiClient:
             result += more
         return result
 
+    def call_each(self, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
+        """Several calls (function, named arguments) that do not depend on
+        each other, sent at once and answered in order (one round trip);
+        their decoded JSON. The first that failed raises its error, after
+        the later ones ran (they were already sent)."""
+        requests = [("POST", f"/rpc/{function}", json.dumps(args).encode(), self._headers)
+                    for function, args in calls]
+        try:
+            responses = self._http.pipeline(requests)
+        except TransportError as exc:
+            raise self._unavailable(exc) from exc
+        for response in responses:
+            if not response.is_success:
+                raise _error(response)
+        return [_json(response) for response in responses]
+
     def call_bytes(self, function: str, args: dict[str, Any] | None = None) -> bytes:
         """Calls a function that returns bytea; returns its bytes. They are
         asked for raw (application/octet-stream), and taken from the JSON hex
@@ -69,21 +90,24 @@ class ApiClient:
 
     def _post(self, function: str, args: dict[str, Any] | None,
               headers: dict[str, str] | None = None, wait: int | None = None,
-              query: str = "") -> httpx.Response:
-        headers = {**(headers or {}), **({"Prefer": f"wait={wait}"} if wait else {})}
-        timeout = (httpx.Timeout(self._http.timeout.connect, read=wait + _SLACK_S) if wait
-                   else httpx.USE_CLIENT_DEFAULT)
+              query: str = "") -> Response:
+        headers = {**self._headers, **(headers or {}),
+                   **({"Prefer": f"wait={wait}"} if wait else {})}
         try:
-            response = self._http.post(f"/rpc/{function}{query}", json=args or {}, headers=headers,
-                                       timeout=timeout)
-        except httpx.TransportError as exc:
-            reason = exc or type(exc).__name__
-            raise ApiUnavailable(f"cannot reach the pg_shell API at {self.url}: {reason}",
-                                 hint="Is `pg-shell serve` (or PostgREST) running? PG_SHELL_URL "
-                                      "says where it is.") from exc
+            response = self._http.request("POST", f"/rpc/{function}{query}",
+                                          json.dumps(args or {}).encode(), headers,
+                                          timeout=wait + _SLACK_S if wait else None)
+        except TransportError as exc:
+            raise self._unavailable(exc) from exc
         if response.is_success:
             return response
         raise _error(response)
+
+    def _unavailable(self, exc: TransportError) -> ApiUnavailable:
+        reason = exc or type(exc).__name__
+        return ApiUnavailable(f"cannot reach the pg_shell API at {self.url}: {reason}",
+                              hint="Is `pg-shell serve` (or PostgREST) running? PG_SHELL_URL "
+                                   "says where it is.")
 
     # The API, one method per shell_api function the CLI uses.
 
@@ -98,6 +122,15 @@ class ApiClient:
 
     def submit_command(self, session_id: str, command: str) -> int:
         return int(self.call("submit_command", {"p_session_id": session_id, "p_command": command}))
+
+    def submit_after_cursor(self, session_id: str, command: str) -> tuple[int, int]:
+        """The session's change cursor read just before ``command`` is
+        submitted (so no change of the command falls before it), and the
+        command's id: one round trip."""
+        cursor, command_id = self.call_each(
+            ("session_cursor", {"p_session_id": session_id}),
+            ("submit_command", {"p_session_id": session_id, "p_command": command}))
+        return int(cursor), int(command_id)
 
     def latest_output(self, session_id: str, since_id: int = 0,
                       limit: int = 20) -> list[dict[str, Any]]:
@@ -144,9 +177,19 @@ class ApiClient:
 
     def session_files(self, session_id: str, command_id: int | None = None) -> list[dict[str, Any]]:
         """path, kind (file/dir/symlink), mode, size, sha256, target: the tree
-        now, or right after ``command_id``; parents before their entries."""
-        return list(self.call("session_files",
-                              {"p_session_id": session_id, "p_command_id": command_id}))
+        now, or right after ``command_id``; parents before their entries.
+        Read a page at a time (each page's last path is the next one's cursor;
+        a page the gateway's byte budget cut short is not the last)."""
+        rows: list[dict[str, Any]] = []
+        after = None
+        while True:
+            page = list(self.call("session_files", {
+                "p_session_id": session_id, "p_command_id": command_id, "p_after": after,
+                "p_limit": FILES_PAGE}))
+            if not page:
+                return rows
+            rows += page
+            after = page[-1]["path"]
 
     def read_file(self, session_id: str, path: str, command_id: int | None = None) -> bytes:
         return self.call_bytes("read_file", {"p_session_id": session_id, "p_path": path,
@@ -164,7 +207,7 @@ class ApiClient:
                                              "p_content": "\\x" + content.hex(), "p_mode": mode}))
 
 
-def _json(response: httpx.Response) -> Any:
+def _json(response: Response) -> Any:
     try:
         return response.json()
     except ValueError as exc:
@@ -182,7 +225,7 @@ def _bytea(value: Any) -> bytes:
     raise ApiUnavailable("the API answered with a value that is not bytea in hex format")
 
 
-def _error(response: httpx.Response) -> ApiError:
+def _error(response: Response) -> ApiError:
     """The error body ({code, message, details, hint}) as an ApiError."""
     try:
         body = response.json()

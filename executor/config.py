@@ -19,6 +19,7 @@ from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from executor import environment
+from executor.client_settings import DEFAULT_URL, URL_PATTERN
 from executor.errors import ConfigError
 from executor.resources import resource_dir
 
@@ -104,7 +105,8 @@ class Settings(BaseSettings):
                     "database also throttles each username)")
 
     # -- the headless CLI (`pg-shell run`, …)
-    url: str = Field(default="http://127.0.0.1:8080", pattern=r"^https?://[^\s]+$",
+    # Read without pydantic too, when they are all that is set (client_settings.py).
+    url: str = Field(default=DEFAULT_URL, pattern=URL_PATTERN,
                      description="where the CLI finds the HTTP API")
     token: str | None = Field(default=None, repr=False,
                               description="the CLI's token (unset: the one `pg-shell login` saved)")

@@ -5,18 +5,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import json
 import sys
-from collections.abc import Iterator
-from typing import Any, TextIO
 
 from executor.api_client import ApiClient
 from executor.cli import Commands
-from executor.cli.replay import INTERRUPTED, LONG_POLL_S, TERMINAL, replay_and_compare
+from executor.cli.follow import (
+    INTERRUPTED,
+    LONG_POLL_S,
+    Printer,
+    ending,
+    exit_status,
+    one_line,
+    when,
+)
 from executor.cli.token import load_token, save_token, token_path
-from executor.config import Settings
+from executor.client_settings import ClientSettings, load_client_settings
 from executor.errors import ApiError, PgShellError
+
+TYPE_CHECKING = False  # `typing` is not needed at run time (see executor/cli/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 class NotLoggedIn(PgShellError):
@@ -24,7 +33,7 @@ class NotLoggedIn(PgShellError):
 
 
 @contextlib.contextmanager
-def api(settings: Settings, *, anonymous: bool = False) -> Iterator[ApiClient]:
+def api(settings: ClientSettings, *, anonymous: bool = False) -> Iterator[ApiClient]:
     token = None if anonymous else load_token(settings)
     if not anonymous and token is None:
         raise NotLoggedIn(f"not logged in: run `pg-shell login USERNAME` (the token is kept in "
@@ -40,7 +49,7 @@ def api(settings: Settings, *, anonymous: bool = False) -> Iterator[ApiClient]:
         client.close()
 
 
-def session_of(args: argparse.Namespace, settings: Settings, client: ApiClient) -> str:
+def session_of(args: argparse.Namespace, settings: ClientSettings, client: ApiClient) -> str:
     """--session, else PG_SHELL_SESSION, else the most recently active session."""
     chosen = getattr(args, "session", None) or settings.session
     if chosen:
@@ -65,8 +74,11 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 def add_command(commands: Commands, name: str, summary: str, description: str,
                 examples: str) -> argparse.ArgumentParser:
-    return commands.add_parser(name, help=summary, description=description,
-                               epilog="examples:\n" + examples, formatter_class=_HelpFormatter)
+    """A tenant's command: it reads only the client's settings (client_settings.py)."""
+    parser = commands.add_parser(name, help=summary, description=description,
+                                 epilog="examples:\n" + examples, formatter_class=_HelpFormatter)
+    parser.set_defaults(load_settings=load_client_settings)
+    return parser
 
 
 def _session_option(parser: argparse.ArgumentParser) -> None:
@@ -190,7 +202,9 @@ def _register_lineage(commands: Commands) -> None:
 # -- handlers -------------------------------------------------------------------------
 
 
-def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_login(args: argparse.Namespace, settings: ClientSettings) -> int:
+    import getpass
+
     username = args.username or getpass.getuser()
     if sys.stdin.isatty():
         password = getpass.getpass(f"password for {username}: ")
@@ -205,7 +219,7 @@ def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_sessions(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         rows = client.list_sessions()
     if args.json:
@@ -214,27 +228,24 @@ def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     if not rows:
         print("no sessions: create one with `pg-shell new [NAME]`", file=sys.stderr)
     for row in rows:
-        when = _when(row["last_active_at"])
-        print(f"{row['id']}  {when}  {row['cwd']:<20} {row['name'] or ''}".rstrip())
+        active = when(row["last_active_at"])
+        print(f"{row['id']}  {active}  {row['cwd']:<20} {row['name'] or ''}".rstrip())
     return 0
 
 
-def cmd_new(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_new(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         print(client.create_session(args.name))
     return 0
 
 
-def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_run(args: argparse.Namespace, settings: ClientSettings) -> int:
     command = " ".join(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if not command.strip():
         raise PgShellError("no command given: pg-shell run COMMAND...")
     with api(settings) as client:
         session = session_of(args, settings, client)
-        # The cursor is read before submitting, so no change of the new
-        # command can fall before it.
-        cursor = client.change_cursor(session)
-        command_id = client.submit_command(session, command)
+        cursor, command_id = client.submit_after_cursor(session, command)
         printer = Printer(sys.stdout, only=command_id, client=client)
         try:
             while (row := printer.finished.get(command_id)) is None:
@@ -246,13 +257,13 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"pg-shell: cancelled command {command_id}", file=sys.stderr)
             return INTERRUPTED
     if row["status"] == "done":
-        return _exit_status(row["exit_code"])
-    print(f"pg-shell: command {command_id} {_ending(row)}", file=sys.stderr)
+        return exit_status(row["exit_code"])
+    print(f"pg-shell: command {command_id} {ending(row)}", file=sys.stderr)
     code = row["exit_code"]
-    return _exit_status(code) if code else 1
+    return exit_status(code) if code else 1
 
 
-def cmd_tail(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_tail(args: argparse.Namespace, settings: ClientSettings) -> int:
     if not 1 <= args.lines <= 1000:
         raise PgShellError("-n must be between 1 and 1000")
     with api(settings) as client:
@@ -271,7 +282,7 @@ def cmd_tail(args: argparse.Namespace, settings: Settings) -> int:
             return INTERRUPTED
 
 
-def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_cancel(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         if client.cancel_command(args.command_id):
             print(f"cancelling command {args.command_id}", file=sys.stderr)
@@ -280,21 +291,23 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     return 1
 
 
-def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_fork(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         print(client.fork_session(args.command_id))
     return 0
 
 
-def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_replay(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         if args.no_wait:
             print(client.replay_session(args.session_id, args.start_id))
             return 0
+        from executor.cli.replay import replay_and_compare
+
         return replay_and_compare(client, args.session_id, args.start_id, args.json)
 
 
-def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_history(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         rows = client.latest_output(session_of(args, settings, client), 0, args.limit)
     if args.json:
@@ -302,97 +315,6 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for row in rows:
         code = "" if row["exit_code"] is None else row["exit_code"]
-        print(f"{row['id']:>8}  {row['status']:<9} {code!s:>4}  {_when(row['submitted_at'])}  "
-              f"{_one_line(row['command'])}")
+        print(f"{row['id']:>8}  {row['status']:<9} {code!s:>4}  {when(row['submitted_at'])}  "
+              f"{one_line(row['command'])}")
     return 0
-
-
-# -- output ---------------------------------------------------------------------------
-
-
-class Printer:
-    """Prints commands' output as it grows. Change rows carry the output that
-    arrived after the cursor (``p_tail``), from byte ``output_offset`` on;
-    whatever a row leaves out (a gap, or an output the listing cut) is read
-    with read_output, so every byte is printed once."""
-
-    def __init__(self, out: TextIO, only: int | None, headers: bool = False,
-                 client: ApiClient | None = None) -> None:
-        self.out = out
-        self.only = only  # print just this command's output (`run`)
-        self.headers = headers  # a line before and after each command (`tail`)
-        self.client = client
-        self.printed: dict[int, int] = {}  # bytes of each command's output printed
-        self.finished: dict[int, dict[str, Any]] = {}
-        self._at_line_start = True
-
-    def show(self, rows: list[dict[str, Any]]) -> None:
-        for row in rows:
-            command_id = int(row["id"])
-            if (self.only is not None and command_id != self.only) or command_id in self.finished:
-                continue
-            self._show(command_id, row)
-        self.out.flush()
-
-    def _show(self, command_id: int, row: dict[str, Any]) -> None:
-        done = row["status"] in TERMINAL
-        if self.headers and command_id not in self.printed:
-            if row["status"] == "pending":
-                return  # shown once it starts, so queued commands do not interleave
-            self._write_line(f"[{command_id}] $ {_one_line(row['command'])}")
-        printed = self.printed.setdefault(command_id, 0)
-        piece = (row["output"] or "").encode()
-        offset = int(row.get("output_offset") or 0)
-        if offset > printed:
-            printed = self._read(command_id, printed, offset)
-        if offset <= printed < offset + len(piece):
-            self._write(piece[printed - offset:].decode())
-            printed = offset + len(piece)
-        total = int(row.get("output_bytes") or printed)
-        if printed < total:
-            printed = self._read(command_id, printed, total)
-        self.printed[command_id] = printed
-        if done:
-            self.finished[command_id] = row
-            if self.headers:
-                self._write_line(f"[{command_id}] {_ending(row)}")
-
-    def _read(self, command_id: int, start: int, end: int) -> int:
-        """Prints bytes [start, end) of the output; returns where it stopped."""
-        while self.client is not None and start < end:
-            page = self.client.read_output(command_id, start)
-            if page["next_offset"] <= start:
-                break
-            self._write(page["output"])
-            start = int(page["next_offset"])
-        return start
-
-    def _write(self, text: str) -> None:
-        if text:
-            self.out.write(text)
-            self._at_line_start = text.endswith("\n")
-
-    def _write_line(self, line: str) -> None:
-        self._write(("" if self._at_line_start else "\n") + line + "\n")
-
-
-def _ending(row: dict[str, Any]) -> str:
-    """How a finished command ended, in a few words."""
-    parts = [row["status"]]
-    if row.get("reason") and row["reason"] != row["status"]:
-        parts.append(row["reason"])
-    if row["exit_code"] is not None:
-        parts.append(f"exit {row['exit_code']}")
-    return ", ".join(parts)
-
-
-def _exit_status(code: int | None) -> int:
-    return 1 if code is None else code & 0xFF
-
-
-def _when(timestamp: str | None) -> str:
-    return (timestamp or "")[:19].replace("T", " ")
-
-
-def _one_line(text: str) -> str:
-    return text if "\n" not in text else text.splitlines()[0] + " …"

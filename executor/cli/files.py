@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 from executor.api_client import ApiClient
 from executor.cli import Commands
 from executor.cli.client import add_command, api, session_of
-from executor.config import Settings
+from executor.client_settings import ClientSettings
 from executor.errors import ApiError, PgShellError
 
 _KIND_BITS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK}
@@ -94,7 +94,7 @@ def register(commands: Commands) -> None:
 # -- files ----------------------------------------------------------------------------
 
 
-def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_files(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         rows = client.session_files(session_of(args, settings, client), args.at)
     if args.json:
@@ -123,7 +123,7 @@ def remote(argument: str) -> tuple[str, str] | None:
     return session, path
 
 
-def cmd_cp(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_cp(args: argparse.Namespace, settings: ClientSettings) -> int:
     source, destination = remote(args.source), remote(args.destination)
     if (source is None) == (destination is None):
         which = "neither" if source is None else "both"
@@ -142,11 +142,11 @@ def cmd_cp(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _session(client: ApiClient, settings: Settings, named: str) -> str:
+def _session(client: ApiClient, settings: ClientSettings, named: str) -> str:
     return session_of(argparse.Namespace(session=named or None), settings, client)
 
 
-def download(client: ApiClient, settings: Settings, source: tuple[str, str], local: str,
+def download(client: ApiClient, settings: ClientSettings, source: tuple[str, str], local: str,
              at: int | None) -> None:
     session, path = source
     content = client.read_file(_session(client, settings, session), path, at)
@@ -163,7 +163,8 @@ def download(client: ApiClient, settings: Settings, source: tuple[str, str], loc
         raise PgShellError(f"cannot write {target}: {exc.strerror}") from exc
 
 
-def upload(client: ApiClient, settings: Settings, local: str, destination: tuple[str, str]) -> None:
+def upload(client: ApiClient, settings: ClientSettings, local: str,
+           destination: tuple[str, str]) -> None:
     named, path = destination
     if local == "-":
         content, mode = sys.stdin.buffer.read(), 0o644
@@ -199,7 +200,7 @@ def _upload_path(client: ApiClient, session: str, path: str, local: str) -> str:
 # -- changes --------------------------------------------------------------------------
 
 
-def cmd_changes(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_changes(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
         rows = client.command_changes(args.command_id)
     if args.json:
@@ -214,7 +215,7 @@ def cmd_changes(args: argparse.Namespace, settings: Settings) -> int:
 # -- export ---------------------------------------------------------------------------
 
 
-def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_export(args: argparse.Namespace, settings: ClientSettings) -> int:
     if sys.stdout.isatty():
         raise PgShellError("refusing to write a tar archive to a terminal: redirect it, "
                            "e.g. pg-shell export > files.tar")

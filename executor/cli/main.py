@@ -2,7 +2,7 @@
 registers itself on the parser; errors end as one clear line and exit 1.
 
 Start-up stays fast because only the chosen command's module is imported
-(the modules pull in pydantic, psycopg2, httpx, docker…): `pg-shell --help`
+(the modules pull in pydantic, psycopg2, docker…): `pg-shell --help`
 lists the commands from COMMANDS alone. tests/cli/test_cli_startup.py keeps
 COMMANDS equal to what the modules register."""
 
@@ -78,17 +78,22 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
-    import logging  # after parsing: `--help` and usage errors need none of it
+    # A tenant's command reads only the client's settings (without pydantic when they are all
+    # that is set, client_settings.py) and logs nothing of its own: it sets up no logging
+    # unless asked to with -v. Every other command reads all the settings, with pydantic.
+    load = getattr(args, "load_settings", None)
+    if load is None or args.verbose:
+        import logging  # after parsing: `--help` and usage errors need none of it
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    # httpx logs every request at INFO: only with -v, so client errors stay one line.
-    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        from executor.config import load_settings  # pydantic: only once a command runs
+        if load is None:
+            from executor.config import load_settings
 
-        return int(args.handler(args, load_settings()) or 0)
+            load = load_settings
+        return int(args.handler(args, load()) or 0)
     except DatabaseError as exc:
         code = f" [{exc.sqlstate}]" if exc.sqlstate else ""
         hint = f" ({exc.hint})" if exc.hint else ""

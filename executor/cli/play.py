@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from executor.cli import Commands
 from executor.cli.client import add_command, api
-from executor.config import Settings
+from executor.client_settings import ClientSettings
 from executor.errors import PgShellError
 
 
@@ -26,7 +26,7 @@ def register(commands: Commands) -> None:
     play.set_defaults(handler=cmd_play)
 
 
-def cmd_play(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_play(args: argparse.Namespace, settings: ClientSettings) -> int:
     if not args.speed >= 0:
         raise PgShellError("--speed must be 0 or more")
     with api(settings) as client:

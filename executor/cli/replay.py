@@ -10,10 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from executor.api_client import ApiClient
+from executor.cli.follow import INTERRUPTED, LONG_POLL_S, TERMINAL
 
-TERMINAL = frozenset({"done", "failed", "cancelled"})
-LONG_POLL_S = 20
-INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
 DIFF_LINES = 12  # per differing command, so a table stays readable
 
 

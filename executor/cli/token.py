@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from executor.config import Settings
+from executor.client_settings import ClientSettings
 
 
 def token_path() -> Path:
@@ -25,7 +25,7 @@ def save_token(token: str) -> Path:
     return path
 
 
-def load_token(settings: Settings) -> str | None:
+def load_token(settings: ClientSettings) -> str | None:
     if settings.token:
         return settings.token
     try:
