@@ -192,6 +192,27 @@ class Settings(BaseSettings):
         default="loop", description="`loop`: each session's home is a fixed-size ext4 image on a "
                                     "loop device; `none`: a plain volume (rootless engines)")
     disk_quota_mb: int = Field(default=256, ge=8, description="size of a session's home")
+    capture_max_entries: int = Field(
+        default=100000, ge=1, le=10_000_000,
+        description="entries (files, directories, links) a session's home may hold for its "
+                    "files to be saved after a command; beyond, the command fails and the files "
+                    "stay as they were")
+    capture_max_mb: int = Field(
+        default=256, ge=1,
+        description="bytes of changed files one command's capture reads (also bounded by "
+                    "`PG_SHELL_DISK_QUOTA_MB`); beyond, the command fails and the files stay as "
+                    "they were")
+    capture_base_s: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="how long the scan of the home after a command may take; saving the changed "
+                    "files gets as long again plus 1 s per `PG_SHELL_CAPTURE_MIN_RATE_KB` KiB")
+    capture_min_rate_kb: int = Field(
+        default=4096, ge=1,
+        description="the slowest rate (KiB/s) at which a command's changed files are saved "
+                    "before the capture is given up (the command fails, the files stay as they "
+                    "were)")
+    volumes_dir: str = Field(default="/var/lib/pg-shell/volumes",
+                             description="where the session images (`loop` quota) live")
     volumes_dir: str = Field(default="/var/lib/pg-shell/volumes",
                              description="where the session images (`loop` quota) live")
     signing_key_file: str = Field(
@@ -223,7 +244,8 @@ class Settings(BaseSettings):
             timeout_s=self.timeout_s, memory_bytes=self.memory_mb * MiB, pids=self.pids,
             cpus=self.cpus, nofile=self.nofile, fsize_bytes=self.fsize_mb * MiB,
             tmpfs_bytes=self.tmpfs_mb * MiB, output_cap_bytes=self.output_cap_bytes,
-            disk_quota_bytes=self.disk_quota_mb * MiB,
+            disk_quota_bytes=self.disk_quota_mb * MiB, capture_base_s=self.capture_base_s,
+            capture_bytes_per_s=self.capture_min_rate_kb * 1024,
         )
 
     def require_database_url(self) -> str:

@@ -11,7 +11,7 @@
 "use strict";
 
 const MAX_UPLOAD = 64 * 1024 * 1024;  // upload_file refuses more (PT413): say so before reading it
-const MAX_LISTED = 1000;               // rows the panel shows; the rest is counted
+const MAX_LISTED = 1000;               // entries the panel reads: session_files' page (its most)
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 
 const files = {
@@ -68,7 +68,8 @@ const files = {
     const { sessionId, generation } = this;
     if (!sessionId) return;
     try {
-      const list = await rpc("session_files", { get: true, args: { p_session_id: sessionId } });
+      // One page: a call costs what it returns, whatever the tree holds.
+      const list = await rpc("session_files", { get: true, args: { p_session_id: sessionId, p_limit: MAX_LISTED } });
       if (generation === this.generation) this.render(list);
     } catch (error) {
       if (generation === this.generation) this.failed(error);
@@ -78,10 +79,10 @@ const files = {
   render(list) {
     const shown = list.filter((f) => f.kind !== "dir");
     const rows = document.createDocumentFragment();
-    for (const f of shown.slice(0, MAX_LISTED)) rows.append(fileRow(f));
+    for (const f of shown) rows.append(fileRow(f));
     $("#files-list").replaceChildren(rows);
-    $("#files-note").textContent = !shown.length ? "No files yet."
-      : shown.length > MAX_LISTED ? `${MAX_LISTED} of ${shown.length} files shown.` : "";
+    $("#files-note").textContent = !shown.length && list.length < MAX_LISTED ? "No files yet."
+      : list.length >= MAX_LISTED ? `The first ${shown.length} files are shown; there are more.` : "";
   },
 
   async download(path) {

@@ -15,11 +15,10 @@ class WorkspaceStore:
     def __init__(self, db: ExecutorDatabase) -> None:
         self._db = db
 
-    def missing_blobs(self, digests: list[str]) -> set[str]:
-        if not digests:
-            return set()
-        rows = self._db.call("SELECT h FROM shell.missing_blobs(%s::text[]) AS h", (digests,))
-        return {r["h"] for r in rows}
+    def put_blobs(self, blobs: list[tuple[str, bytes]]) -> None:
+        """Stores small blobs (each at most one chunk) in one call: (sha256, bytes)."""
+        self._db.call("SELECT shell.put_blobs(%s::text[], %s::bytea[])",
+                      ([digest for digest, _data in blobs], [data for _digest, data in blobs]))
 
     def put_blob_chunk(self, digest: str, size: int, chunks: int, seq: int, data: bytes) -> None:
         self._db.call("SELECT shell.put_blob_chunk(%s, %s, %s, %s, %s)",

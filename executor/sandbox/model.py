@@ -21,6 +21,10 @@ class Limits:
     tmpfs_bytes: int = 16 * MiB
     output_cap_bytes: int = 1 * MiB
     disk_quota_bytes: int = 256 * MiB  # size of the session's ext4 image
+    # After the command, not the runtime's: how long its files may take to
+    # save (the scan, then 1 s more per capture_bytes_per_s changed bytes).
+    capture_base_s: float = 30.0
+    capture_bytes_per_s: int = 4 * MiB
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,5 @@ class RunResult:
     # captured (timeout, cancel, a scan that did not finish).
     manifest: list[list[Any]] | None = field(default=None, hash=False)
     skipped: list[Any] = field(default_factory=list, hash=False)  # [path, why] the scan left out
+    skipped_more: int = 0  # skipped entries beyond those listed
+    capture_note: str | None = None  # why the files were not captured, when the runner knows

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from .output import OutputCapper
 
 HEADER = struct.Struct(">cI")
-MAX_PAYLOAD = 8 * 1024 * 1024  # a manifest batch is well below; output frames are 64 KiB
+MAX_PAYLOAD = 8 * 1024 * 1024  # a manifest batch is at most ~300 KiB; output frames are 64 KiB
+MAX_SKIPPED = 100  # the scan's skipped entries kept (the M frame lists as many)
 KNOWN = frozenset(b"osSxmMfdFre")
 
 
@@ -61,12 +62,30 @@ class FrameDecoder:
 
 
 class FileReceiver(Protocol):
-    """What the runner asks about a command's files (executor/workspace/capture.py)."""
+    """What the runner asks about a command's files (executor/workspace/capture.py).
 
-    def wanted(self, manifest: list[list[Any]]) -> list[str]: ...
+    ``max_entries``: the most manifest entries it accepts (the conversation
+    keeps no more, and the supervisor stops its walk past them);
+    ``expected_bytes``: what the files it asked for hold, by the manifest
+    (the capture's deadline grows with it)."""
+
+    max_entries: int | None
+    expected_bytes: int
+
+    def wanted(self, manifest: list[list[Any]], scan: ScanReport) -> list[str]: ...
     def begin(self, path: str) -> None: ...
     def data(self, chunk: bytes) -> None: ...
     def end(self, ok: bool, error: str | None) -> None: ...
+
+
+@dataclass
+class ScanReport:
+    """What the supervisor's M frame says about its walk, besides the entries."""
+
+    entries: int = 0  # manifest entries received (kept or not)
+    over: bool = False  # more entries than the receiver's max_entries
+    failed: list[Any] | None = None  # [path, why]: a directory that could not be listed
+    skipped_more: int = 0  # skipped entries beyond those listed
 
 
 @dataclass
@@ -82,6 +101,7 @@ class Conversation:
     manifest: list[list[Any]] = field(default_factory=list)
     manifest_done: bool = False
     skipped: list[Any] = field(default_factory=list)
+    scan: ScanReport = field(default_factory=ScanReport)
     restore_error: str | None = None
     restored: bool = False
     ended: bool = False
@@ -108,12 +128,28 @@ class Conversation:
             batch = _json(payload)
             if not isinstance(batch, list):
                 raise ProtocolError("a manifest batch is not a list")
+            self.scan.entries += len(batch)
+            limit = self.files.max_entries if self.files is not None else None
+            if limit is not None and self.scan.entries > limit:
+                self.scan.over = True  # kept no further: memory stays bounded by the cap
+                batch = batch[:max(0, limit - len(self.manifest))]
             self.manifest.extend(batch)
         elif kind == b"M":
             self.manifest_done = True
-            self.skipped = list(_json(payload).get("skipped") or [])
+            report = _json(payload)
+            if not isinstance(report, dict):
+                raise ProtocolError("the manifest's end is not an object")
+            skipped = report.get("skipped") or []
+            self.skipped = list(skipped[:MAX_SKIPPED]) if isinstance(skipped, list) else []
+            failed = report.get("failed")
+            self.scan.failed = failed if isinstance(failed, list) and len(failed) == 2 else None
+            more = report.get("skipped_more")
+            self.scan.skipped_more = more if isinstance(more, int) and more > 0 else 0
+            self.scan.over = self.scan.over or report.get("over") is True
             if self.files is not None:
-                self.reply(json_frame(b"q", {"paths": self.files.wanted(self.manifest)}))
+                paths = self.files.wanted(self.manifest, self.scan)
+                self.manifest = []  # the receiver holds what it needs of it
+                self.reply(json_frame(b"q", {"paths": paths}))
         elif kind == b"f" and self.files is not None:
             self.files.begin(str(_json(payload)["path"]))
         elif kind == b"d" and self.files is not None:

@@ -26,7 +26,7 @@ from .errors import SandboxError
 from .model import Limits, RunRequest, RunResult
 from .output import OutputCapper
 from .ownership import ABANDONED_AFTER_S, abandoned
-from .protocol import Conversation, FileReceiver, json_frame
+from .protocol import Conversation, FileReceiver, ProtocolError, json_frame
 from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, session_env, warm_labels
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
@@ -152,7 +152,8 @@ class Sandbox:
                 self.discard(started)
                 raise
         request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
-                                    "env": session_env(req.env), "capture": files is not None})
+                                    "env": session_env(req.env), "capture": files is not None,
+                                    "max_entries": files.max_entries if files else None})
         try:
             on_started(started.container_id)
             conversation = Conversation(OutputCapper(self.limits.output_cap_bytes), files)
@@ -196,6 +197,14 @@ class Sandbox:
                         conversation.feed(data)
             except OSError:
                 pass
+            except ProtocolError as exc:
+                # The copy is not known to hold the root: a failed restore,
+                # which fails the command with this reason (never a crash
+                # that would hand the command back to be tried again).
+                log.warning("restore of session %s: %s", session_id, exc)
+                conversation.restored = False
+                conversation.restore_error = f"the sandbox broke the protocol ({exc})"
+                self.containers.kill(started.container_id)
             finally:
                 started.close()
             self.containers.wait(started.container_id, timeout=RESTORE_TIMEOUT_S)
@@ -244,7 +253,7 @@ class Sandbox:
                              name=f"sandbox-{target.__name__}-{req.command_id}",
                              daemon=True).start()
         try:
-            watch = Watch(self.containers.kill, self.limits.timeout_s, req, container_id,
+            watch = Watch(self.containers.kill, self.limits, req, container_id,
                           handed_over, cancel)
             watch.collect(conversation, on_output, frames, exited)
             if "error" in exit_status:
@@ -307,6 +316,8 @@ class Sandbox:
             container_id=container_id,
             manifest=conversation.manifest if captured else None,
             skipped=conversation.skipped,
+            skipped_more=conversation.scan.skipped_more,
+            capture_note=watch.capture_failure,
         )
 
     # -- clean-up ----------------------------------------------------------------

@@ -10,14 +10,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from .model import RunRequest
+from .model import Limits, RunRequest
 from .protocol import Conversation, ProtocolError
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # how often cancel/deadline are checked while output is quiet
 STREAM_GRACE_S = 2.0  # how long to wait for the output stream after exit
-CAPTURE_TIMEOUT_S = 300.0  # for the file scan after the command (up to the disk quota)
 SIGNALLED = 128  # a shell's status from here up: 128 + the signal that ended it
 # (stream, bytes) pieces of the container's output; None: the stream ended.
 Frames = queue.Queue[tuple[int, bytes] | None]
@@ -63,15 +62,18 @@ class Watch:
     time limit (on the command) and the capture limit (on the file scan
     after it), and the cancel flag."""
 
-    def __init__(self, kill: Callable[[str], None], timeout_s: float, req: RunRequest,
+    def __init__(self, kill: Callable[[str], None], limits: Limits, req: RunRequest,
                  container_id: str, started: float, cancel: threading.Event) -> None:
         self.kill = kill
-        self.timeout_s = timeout_s
+        self.timeout_s = limits.timeout_s
+        self.capture_base_s = limits.capture_base_s
+        self.capture_bytes_per_s = limits.capture_bytes_per_s
         self.req = req
         self.container_id = container_id
         self.started = started
         self.cancel = cancel
         self.reason: str | None = None
+        self.capture_failure: str | None = None  # why the files were not captured
         self.exit_code = -1
         self.duration_s = 0.0
 
@@ -79,6 +81,7 @@ class Watch:
                 frames: Frames, exited: threading.Event) -> None:
         deadline = self.started + self.timeout_s
         ended_at: float | None = None  # when the command (not the capture) ended
+        asked = False  # the files were asked for: the deadline knows their bytes
         stream_done = False
         exited_at: float | None = None
         while not (stream_done and exited.is_set()):
@@ -86,8 +89,14 @@ class Watch:
                 break  # the supervisor has said all it will: the container's exit adds nothing
             now = time.monotonic()
             if ended_at is None and conversation.status is not None:
+                # The scan: its walk is bounded by the capture's entries cap.
                 ended_at = now
-                deadline = now + CAPTURE_TIMEOUT_S
+                deadline = now + self.capture_base_s
+            if ended_at is not None and not asked and conversation.manifest_done:
+                # The files asked for: a deadline in proportion to their bytes.
+                asked = True
+                expected = conversation.files.expected_bytes if conversation.files else 0
+                deadline = now + self.capture_base_s + expected / self.capture_bytes_per_s
             if self.reason is None and self.cancel.is_set() and ended_at is None:
                 self._stop("cancelled")
             elif self.reason is None and now >= deadline:
@@ -113,6 +122,7 @@ class Watch:
                 text = conversation.feed(data)
             except ProtocolError as exc:
                 log.warning("command_id=%s: %s", self.req.command_id, exc)
+                self.capture_failure = f"the sandbox broke the protocol ({exc})"
                 self._stop("protocol error")
                 continue
             if text:
@@ -121,6 +131,10 @@ class Watch:
         if tail:
             on_output(tail)
         self.duration_s = (ended_at or exited_at or time.monotonic()) - self.started
+        if self.reason == "capture timeout":
+            self.capture_failure = (
+                f"saving them took longer than its limit ({self.capture_base_s:g} s, and 1 s "
+                f"more per {self.capture_bytes_per_s // 1024} KiB of changed files)")
         if self.reason == "capture timeout" or self.reason == "protocol error":
             # The command itself ended: its exit status stands, its files are not saved.
             self.reason = None

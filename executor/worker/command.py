@@ -30,7 +30,7 @@ from executor.workspace.capture import Capture
 from executor.workspace.host import HostFiles
 from executor.workspace.restore import RestoreFailed
 
-from .outcome import SHUTDOWN, Run, outcome_of
+from .outcome import SHUTDOWN, Outcome, Run, outcome_of
 from .output_writer import OutputWriter
 from .promotion import ImagePromotion
 from .warm import WarmPool
@@ -186,6 +186,9 @@ class CommandLife:
             writer.write(f"\n[pg-shell: {notes}]\n")
         writer.close()
         end = outcome_of(result.exit_code, result.reason, run.kill_reason)
+        if files.failure and end.status == "done":
+            # Ran to its end, but what it did to the files could not be kept.
+            end = Outcome("failed", end.exit_code, files.failure)
         self._complete(db, run, Completion(
             status=end.status, exit_code=end.exit_code, reason=end.reason,
             output_sha256=writer.output_sha256, image_digest=progress.image,

@@ -19,6 +19,7 @@ from executor.db.queue import ExecutorDatabase, Listener
 from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
 from executor.sandbox import Sandbox, SandboxError
+from executor.workspace.capture import CaptureLimits
 from executor.workspace.host import HostFiles
 
 from .command import CommandLife
@@ -40,7 +41,9 @@ class Worker:
         self._notify = notify
         self._dsn = settings.require_database_url()
         self._signer = Signer.from_file(settings.signing_key_file)
-        self._files = HostFiles(sandbox, settings.volumes_dir, settings.disk_quota_mb * MiB)
+        self._files = HostFiles(sandbox, settings.volumes_dir, CaptureLimits(
+            max_entries=settings.capture_max_entries, max_bytes=settings.capture_max_mb * MiB,
+            quota_bytes=settings.disk_quota_mb * MiB))
         # The main loop must stay responsive (signals, watchdog) during an
         # outage, so its connections try once per round; command threads
         # retry until the database is back.

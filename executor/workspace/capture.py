@@ -3,10 +3,21 @@
 The supervisor reports every entry of the home with its inode and ctime (a
 metadata walk); only files whose inode, ctime or size differ from the host's
 index are read and sent, so the bytes moved and hashed are those the
-command changed. Each one is hashed as it arrives, spooled (memory up to one
-chunk, then a temporary file) and stored as a blob only if the database
-lacks it: the executor stores bytes it received itself, never a claim.
-Everything in the report is tenant data and is validated here.
+command changed. Each one is hashed as it arrives and spooled (memory up to
+one chunk, then a temporary file): the executor stores bytes it received
+itself, never a claim. Everything in the report is tenant data and is
+validated here.
+
+Bounds (CaptureLimits): a capture holds at most ``max_entries`` entries and
+reads at most ``max_bytes`` of changed files; past either, the command's
+files are not saved and it fails with the reason. Small files are stored
+in batches (one database call per batch, shell.put_blobs), larger ones
+chunk by chunk.
+
+Every changed file's bytes are sent to the database, whether or not some
+blob already holds them: asking first (and skipping the upload when the
+answer is yes) would let a tenant time its commands to learn whether any
+other tenant stores a given content. The database still keeps one copy.
 """
 
 from __future__ import annotations
@@ -18,12 +29,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from executor.db.workspace import WorkspaceStore
+from executor.sandbox.protocol import ScanReport
 
 from .cache import Index
 from .tree import Entry, InvalidEntry, build, check_entry, check_path
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 * 1024 * 1024
+BATCH_BYTES = 4 * 1024 * 1024  # small blobs held before one shell.put_blobs call
+BATCH_BLOBS = 1000
+
+
+@dataclass(frozen=True)
+class CaptureLimits:
+    max_entries: int  # entries (files, directories, links) the home may hold after a command
+    max_bytes: int  # bytes of changed files one command's capture reads
+    quota_bytes: int  # bytes all the home's files may hold (the session's quota)
 
 
 class _Incoming:
@@ -44,20 +65,28 @@ class Captured:
 class Capture:
     """One command's files (a FileReceiver for Sandbox.run)."""
 
-    def __init__(self, store: WorkspaceStore, index: Index, max_bytes: int) -> None:
+    def __init__(self, store: WorkspaceStore, index: Index, limits: CaptureLimits) -> None:
         self._store = store
         self._index = index
-        self._max_bytes = max_bytes
+        self._limits = limits
+        self._max_bytes = limits.quota_bytes
+        self.max_entries: int | None = limits.max_entries
+        self.expected_bytes = 0
         # path -> [kind, mode, size, inode, ctime_ns, target]
         self._entries: dict[str, list[Any]] = {}
         self._received: dict[str, str] = {}  # path -> blob sha256
         self._current: _Incoming | None = None
         self._received_bytes = 0
+        self._batch: list[tuple[str, bytes]] = []  # small blobs not stored yet
+        self._batch_bytes = 0
         self.failure: str | None = None
 
     # -- the runner's questions -------------------------------------------------
 
-    def wanted(self, manifest: list[list[Any]]) -> list[str]:
+    def wanted(self, manifest: list[list[Any]], scan: ScanReport) -> list[str]:
+        self.failure = self._scan_failure(scan)
+        if self.failure:
+            return []
         try:
             self._entries = self._validated(manifest)
         except InvalidEntry as exc:
@@ -67,8 +96,15 @@ class Capture:
         if total > self._max_bytes:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
             return []
-        return [path for path, e in self._entries.items()
-                if e[0] == "file" and not self._unchanged(path, e)]
+        paths = [path for path, e in self._entries.items()
+                 if e[0] == "file" and not self._unchanged(path, e)]
+        self.expected_bytes = sum(self._entries[p][2] for p in paths)
+        if self.expected_bytes > self._limits.max_bytes:
+            self.failure = (f"the command changed {self.expected_bytes} bytes of files, more than "
+                            f"the {self._limits.max_bytes} one command may change; change fewer "
+                            "at a time")
+            return []
+        return paths
 
     def begin(self, path: str) -> None:
         self._discard()
@@ -79,8 +115,11 @@ class Capture:
         if incoming is None or self.failure:
             return
         self._received_bytes += len(chunk)
-        if self._received_bytes > self._max_bytes:
-            self.failure = f"the files sent exceed the quota of {self._max_bytes} bytes"
+        if self._received_bytes > min(self._max_bytes, self._limits.max_bytes):
+            # More than the manifest said (files that grew after the scan cannot: no
+            # tenant process is left), so more than the scan's cap allowed.
+            self.failure = (f"the files sent exceed {min(self._max_bytes, self._limits.max_bytes)} "
+                            "bytes")
             self._discard()
             return
         incoming.size += len(chunk)
@@ -96,8 +135,7 @@ class Capture:
                 self.failure = f"{incoming.path!r} could not be read: {error}"
                 return
             digest = incoming.sha256.hexdigest()
-            if self._store.missing_blobs([digest]):
-                self._upload(digest, incoming)
+            self._store_blob(digest, incoming)
             self._received[incoming.path] = digest
             self._entries[incoming.path][2] = incoming.size  # what was read is what is stored
         finally:
@@ -110,6 +148,7 @@ class Capture:
         cannot be saved."""
         if self.failure:
             return None
+        self._flush()
         missing = [p for p, e in self._entries.items()
                    if e[0] == "file" and p not in self._received and not self._unchanged(p, e)]
         if missing:
@@ -154,14 +193,35 @@ class Capture:
         return (old is not None and old[0] == "file" and old[2] == entry[2] and old[3] == entry[3]
                 and old[4] == entry[4] and isinstance(old[5], str))
 
-    def _upload(self, digest: str, incoming: _Incoming) -> None:
-        chunks = -(-incoming.size // CHUNK_BYTES)
+    def _scan_failure(self, scan: ScanReport) -> str | None:
+        if scan.failed is not None:
+            path, why = (str(part)[:300] for part in scan.failed)
+            return (f"{path!r}: {why}; what is below it cannot be saved, so none of this "
+                    "command's changes were (make its paths shorter, or remove it)")
+        if scan.over:
+            return (f"the home holds more than {self._limits.max_entries} entries (files, "
+                    "directories and links), the most a session's files may hold; remove some "
+                    "(e.g. build output or caches) and run the command again")
+        return None
+
+    def _store_blob(self, digest: str, incoming: _Incoming) -> None:
+        """A file of one chunk joins the batch; a larger one is stored chunk by chunk."""
         incoming.spool.seek(0)
+        if incoming.size <= CHUNK_BYTES:
+            self._batch.append((digest, incoming.spool.read()))
+            self._batch_bytes += incoming.size
+            if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_BLOBS:
+                self._flush()
+            return
+        chunks = -(-incoming.size // CHUNK_BYTES)
         for seq in range(chunks):
             self._store.put_blob_chunk(digest, incoming.size, chunks, seq,
                                        incoming.spool.read(CHUNK_BYTES))
-        if chunks == 0:  # the empty file: a blob of no chunks
-            self._store.put_blob_chunk(digest, 0, 0, 0, b"")
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._store.put_blobs(self._batch)
+        self._batch, self._batch_bytes = [], 0
 
     def _discard(self) -> None:
         if self._current is not None:

@@ -14,7 +14,7 @@ from executor.sandbox.protocol import Conversation
 from executor.sandbox.volumes import LoopVolumes
 
 from .cache import HostCache, Index
-from .capture import Capture, Captured
+from .capture import Capture, Captured, CaptureLimits
 from .restore import RestoreFailed, prepare
 from .tree import EMPTY_TREE
 
@@ -26,13 +26,16 @@ class Outcome:
     root_after: str | None
     captured: Captured | None
     note: str | None  # for the command's output: what was not saved, and why
+    # The command ran to its end but its files could not be saved: it fails
+    # with this reason, and the session's files stay as they were.
+    failure: str | None = None
 
 
 class HostFiles:
-    def __init__(self, sandbox: Sandbox, cache_dir: str, max_bytes: int) -> None:
+    def __init__(self, sandbox: Sandbox, cache_dir: str, limits: CaptureLimits) -> None:
         self._sandbox = sandbox
         self._cache = HostCache(cache_dir)
-        self._max_bytes = max_bytes
+        self._limits = limits
         # A loop volume starts as an empty filesystem; a plain one as the
         # image's home, which is not empty, so only the first says so.
         if isinstance(sandbox.volumes, LoopVolumes):
@@ -60,24 +63,32 @@ class HostFiles:
             self._cache.forget(req.session_id)
             index = prepare(store, self._cache, req.session_id, root, restorer)
         self._cache.forget(req.session_id)
-        return Capture(store, index, self._max_bytes)
+        return Capture(store, index, self._limits)
 
     def finish(self, capture: Capture, result: RunResult, root_before: str | None) -> Outcome:
         """The root the command leaves (its trees stored), or the one it
         started from when its files cannot be saved."""
         captured = capture.commit_trees() if result.manifest is not None else None
         notes = []
+        failure = None
         if result.manifest is None:
-            notes.append("files not saved: the command did not finish" if result.reason
-                         else "files not saved: the scan of the home did not finish")
+            if result.reason:
+                notes.append("files not saved: the command did not finish")
+            else:
+                why = result.capture_note or "the scan of the home did not finish"
+                failure = f"files not saved: {why}"
         elif captured is None:
-            notes.append(f"files not saved: {capture.failure}")
-        for path, why in result.skipped[:MAX_NOTED_SKIPS]:
-            notes.append(f"not saved: {path} ({why})")
-        if len(result.skipped) > MAX_NOTED_SKIPS:
-            notes.append(f"not saved: {len(result.skipped) - MAX_NOTED_SKIPS} more entries")
+            failure = f"files not saved: {capture.failure}"
+        if failure:
+            notes.append(failure)
+        for item in result.skipped[:MAX_NOTED_SKIPS]:
+            path, why = (item if isinstance(item, list) and len(item) == 2 else ["?", item])
+            notes.append(f"not saved: {str(path)[:300]} ({str(why)[:100]})")
+        more = len(result.skipped) - MAX_NOTED_SKIPS + result.skipped_more
+        if more > 0:
+            notes.append(f"not saved: {more} more entries")
         return Outcome(captured.root if captured else root_before, captured,
-                       "; ".join(notes) or None)
+                       "; ".join(notes) or None, failure)
 
     def committed(self, session_id: str, outcome: Outcome) -> None:
         """The new root is the session's: the copy holds it."""

@@ -14,6 +14,7 @@ from executor.sandbox.protocol import (
     Conversation,
     FrameDecoder,
     ProtocolError,
+    ScanReport,
     frame,
     json_frame,
 )
@@ -42,13 +43,17 @@ def test_an_unknown_frame_type_or_a_huge_length_is_refused() -> None:
 
 
 class Receiver:
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int | None = None) -> None:
+        self.max_entries = max_entries
+        self.expected_bytes = 0
         self.asked: list[list] = []
+        self.scans: list[ScanReport] = []
         self.files: dict[str, bytes] = {}
         self._path = ""
 
-    def wanted(self, manifest: list[list]) -> list[str]:
-        self.asked.append(manifest)
+    def wanted(self, manifest: list[list], scan: ScanReport) -> list[str]:
+        self.asked.append(list(manifest))
+        self.scans.append(scan)
         return [e[0] for e in manifest if e[1] == "file"]
 
     def begin(self, path: str) -> None:
@@ -75,6 +80,22 @@ def test_a_whole_conversation() -> None:
     out = "".join(talk.feed(piece) for piece in chunked(stream, 7))
     assert out.startswith("hello") and talk.capper.truncated
     assert (talk.state, talk.status, talk.ended) == (b"/home/sandbox\0A=1\0", 3, True)
-    assert talk.manifest == manifest and talk.skipped == [["p", "fifo"]]
+    assert receiver.asked == [manifest] and talk.skipped == [["p", "fifo"]]
+    assert talk.manifest == []  # handed over: the receiver keeps what it needs
     assert replies == [json_frame(b"q", {"paths": ["d/f"]})]
     assert receiver.files == {"d/f": b"abc"}
+
+
+def test_a_manifest_past_the_receivers_cap_is_not_kept() -> None:
+    receiver = Receiver(max_entries=3)
+    talk = Conversation(OutputCapper(5), receiver, lambda _reply: None)
+    entry = ["f", "file", 0o644, 0, 1, 2, None]
+    for _ in range(4):
+        talk.feed(json_frame(b"m", [entry, entry]))
+    talk.feed(json_frame(b"M", {"entries": 8, "skipped": [["p", "fifo"]] * 500,
+                                "skipped_more": 7, "failed": ["deep", "cannot list: x"]}))
+    assert receiver.asked == [[entry] * 3]
+    scan = receiver.scans[0]
+    assert (scan.entries, scan.over, scan.failed, scan.skipped_more) == (
+        8, True, ["deep", "cannot list: x"], 7)
+    assert len(talk.skipped) == 100
