@@ -33,6 +33,13 @@ def exit_needed(status: int | None) -> bool:
     return status is None or status >= SIGNALLED
 
 
+def files_deadline_s(base_s: float, bytes_per_s: int, expected_bytes: int) -> float:
+    """How long the changed files a capture asked for may take to arrive:
+    in proportion to their bytes, so a small change is never given minutes
+    and a large one is not cut off at a fixed limit."""
+    return base_s + expected_bytes / bytes_per_s
+
+
 def pump(stream: Iterable[tuple[int, bytes]], frames: Frames,
          stop: threading.Event) -> None:
     """Moves (stream, bytes) pieces into ``frames``, then EOF; gives up once
@@ -96,7 +103,8 @@ class Watch:
                 # The files asked for: a deadline in proportion to their bytes.
                 asked = True
                 expected = conversation.files.expected_bytes if conversation.files else 0
-                deadline = now + self.capture_base_s + expected / self.capture_bytes_per_s
+                deadline = now + files_deadline_s(self.capture_base_s, self.capture_bytes_per_s,
+                                                  expected)
             if self.reason is None and self.cancel.is_set() and ended_at is None:
                 self._stop("cancelled")
             elif self.reason is None and now >= deadline:

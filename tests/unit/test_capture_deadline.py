@@ -1,0 +1,46 @@
+"""The capture's deadline (watch.py): the scan after a command gets
+capture_base_s, the files it asked for as long again plus their bytes at
+the slowest rate allowed; past it the command's status stands and its files
+are not saved, with the reason. Pure: no engine, the kill is a stand-in."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from executor.sandbox.model import Limits, RunRequest
+from executor.sandbox.output import OutputCapper
+from executor.sandbox.protocol import Conversation, json_frame
+from executor.sandbox.watch import Frames, Watch, files_deadline_s
+
+MiB = 1024 * 1024
+
+
+def test_the_files_deadline_grows_with_their_bytes() -> None:
+    assert files_deadline_s(30, 4 * MiB, 0) == 30
+    assert files_deadline_s(30, 4 * MiB, 256 * MiB) == 30 + 64
+    assert files_deadline_s(0.5, MiB, 10 * MiB) == 10.5
+
+
+def test_a_scan_that_outlasts_its_deadline_leaves_the_status_and_says_why() -> None:
+    frames: Frames = queue.Queue()
+    exited = threading.Event()
+    killed: list[str] = []
+
+    def kill(container_id: str) -> None:  # the engine would end the stream and the container
+        killed.append(container_id)
+        frames.put(None)
+        exited.set()
+
+    req = RunRequest(command_id=1, session_id="s", worker_id="w", command="true", cwd="/",
+                     env={}, image="i")
+    watch = Watch(kill, Limits(timeout_s=60, capture_base_s=0.01), req, "ctr",
+                  time.monotonic(), threading.Event())
+    conversation = Conversation(OutputCapper(1024))
+    frames.put((1, json_frame(b"x", {"status": 0})))  # the command ended; no manifest follows
+    watch.collect(conversation, lambda _text: None, frames, exited)
+    assert killed == ["ctr"]
+    assert watch.reason is None and conversation.status == 0  # the command itself finished
+    assert watch.capture_failure is not None
+    assert watch.capture_failure.startswith("saving them took longer than its limit (0.01 s")
