@@ -57,8 +57,11 @@ step() {
   head="${0##*/}: $label … "
   printf '%s' "$head" >&2
   if [ -n "$show" ]; then
-    "$@" 2> >(tee "$log" | _progress "$show" "$head" >&2) || rc=$?
-    wait $! 2>/dev/null || true  # until the filter has shown all it will
+    # Its stdout passes through (fd 3); its stderr goes to the log and the filter.
+    local status=()
+    if { "$@" 2>&1 >&3 3>&- | tee "$log" | _progress "$show" "$head" >&2
+         status=("${PIPESTATUS[@]}"); } 3>&1; then :; fi
+    rc=${status[0]}
   else
     "$@" 2>"$log" || rc=$?
   fi
