@@ -2,7 +2,9 @@
 
 Each round it removes ended commands older than the retention period (in
 batches; each session's chain resumes from a signed checkpoint), deletes the
-volumes of sessions idle past PG_SHELL_VOLUME_IDLE_DAYS and detaches the
+volumes of sessions idle past PG_SHELL_VOLUME_IDLE_DAYS or archived (their
+files are in the database; the executors remove those too, this catches
+what they missed while down) and detaches the
 loop devices of sessions idle past PG_SHELL_LOOP_IDLE_MINUTES. It runs where
 the Docker engine (and the volume directory) is. A PostgreSQL or engine
 outage is waited out with backoff; the daemon keeps going.
@@ -104,6 +106,7 @@ class Cleanup:
         known = [sid for sid in volumes.sessions() if _is_uuid(sid)]
         volume_cutoff = now - datetime.timedelta(days=self.settings.volume_idle_days)
         stale = retention.idle_sessions(conn, known, volume_cutoff) if known else set()
+        stale |= retention.archived_sessions(conn, known) if known else set()
         for session_id in sorted(stale):
             if self._try(volumes.remove, session_id, "remove volume"):
                 result.volumes_removed += 1

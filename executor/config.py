@@ -130,6 +130,10 @@ class Settings(BaseSettings):
         default=None, ge=0, le=4096,
         description="warm containers (started ahead for recently active sessions, each used "
                     "once) this executor holds at most; default 2 x concurrency, 0 turns them off")
+    warm_per_user: int = Field(
+        default=2, ge=1, le=4096,
+        description="warm containers this executor holds at most for the sessions of one user "
+                    "(the rest of the pool stays for other tenants)")
     warm_idle_s: float = Field(
         default=60, gt=0, le=3600,
         description="how long a warm container waits for its session's next command before "
@@ -215,6 +219,16 @@ class Settings(BaseSettings):
                              description="where the session images (`loop` quota) live")
     volumes_dir: str = Field(default="/var/lib/pg-shell/volumes",
                              description="where the session images (`loop` quota) live")
+    volumes_per_user: int = Field(
+        default=8, ge=0, le=100000,
+        description="copies of one user's sessions' files a host keeps: making one more removes "
+                    "that user's least recently used copy no command uses (the files are in the "
+                    "database); 0: no bound")
+    min_free_mb: int = Field(
+        default=1024, ge=0,
+        description="no new session image (`loop` quota) is made while the volumes directory's "
+                    "file system has less free space than this; such a command fails with a "
+                    "reason (images are sparse: keep room for what sessions may still write)")
     signing_key_file: str = Field(
         default="/var/lib/pg-shell/signing-key",
         description="the Ed25519 key that signs result records (created, mode 0600, if absent); "

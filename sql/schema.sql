@@ -447,6 +447,25 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.check_files_quota(p_user_id uuid) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    quota bigint := (SELECT u.max_file_bytes FROM shell.users u WHERE u.id = p_user_id);
+    stored bigint := shell.user_file_bytes(p_user_id);
+BEGIN
+    IF stored >= quota THEN
+        RAISE EXCEPTION 'stored files quota reached (% of % bytes)', stored, quota
+            USING ERRCODE = 'PT429',
+            DETAIL = 'The quota max_file_bytes counts every version of every file the kept history '
+                     'of your sessions holds.',
+            HINT = 'Ask an administrator to raise it (pg-shell user quota --files-mb), '
+                   'or wait for retention to remove old commands.';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION shell.check_output_limit(p_output_limit integer) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -587,6 +606,8 @@ BEGIN
         SELECT r.root FROM shell.commands c, LATERAL (VALUES (c.root_before), (c.root_after)) r(root)
         WHERE r.root IS NOT NULL
         UNION
+        SELECT t.hash FROM shell.trees t WHERE t.created_at >= now() - p_grace
+        UNION
         SELECT e.object FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash WHERE e.kind = 'dir'
     )
     SELECT hash FROM reach;
@@ -642,6 +663,73 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.commit_upload(p_session_id uuid, p_path text, p_sha256 text, p_size bigint, p_mode integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    s shell.sessions := shell.owned_session(p_session_id);
+    per_minute integer;
+    uploads integer;
+    window_start timestamptz;
+    upload jsonb;
+    new_root text;
+    new_id bigint;
+    seq bigint;
+BEGIN
+    PERFORM shell.path_parts(p_path);
+    IF p_mode IS NULL OR p_mode NOT BETWEEN 0 AND 511 THEN
+        RAISE EXCEPTION 'mode must be between 0 and 511 (0o777)' USING ERRCODE = '22023';
+    END IF;
+    -- Lane first (the lock order of every transition): the session must be idle.
+    UPDATE shell.lanes l SET change_seq = l.change_seq + 1 WHERE l.session_id = s.id
+    RETURNING l.change_seq INTO seq;
+    IF EXISTS (SELECT FROM shell.lanes l WHERE l.session_id = s.id AND (l.pending > 0 OR l.active_command_id IS NOT NULL)) THEN
+        RAISE EXCEPTION 'session is busy' USING ERRCODE = 'PT409',
+            HINT = 'Upload when its commands have finished.';
+    END IF;
+    SELECT * INTO s FROM shell.sessions x WHERE x.id = s.id FOR UPDATE;
+    IF s.root IS NULL THEN
+        RAISE EXCEPTION 'the session''s files are not in the database yet' USING ERRCODE = 'PT409',
+            DETAIL = 'This session is from before files were kept in the database: they are on an '
+                     'executor host until its next command imports them.',
+            HINT = 'Run a command in it first (true will do), then upload again.';
+    END IF;
+    PERFORM shell.lock_file_usage(s.user_id);
+    SELECT u.max_uploads_per_minute INTO per_minute FROM shell.users u WHERE u.id = s.user_id;
+    UPDATE shell.file_usage f SET
+        window_uploads = CASE WHEN f.upload_window > now() - interval '1 minute' THEN f.window_uploads + 1 ELSE 1 END,
+        upload_window = CASE WHEN f.upload_window > now() - interval '1 minute' THEN f.upload_window ELSE now() END
+    WHERE f.user_id = s.user_id
+    RETURNING f.window_uploads, f.upload_window INTO uploads, window_start;
+    IF uploads > per_minute THEN
+        RAISE EXCEPTION 'upload rate limit reached (% uploads a minute)', per_minute USING ERRCODE = 'PT429',
+            HINT = format('Upload again in %s seconds.',
+                          greatest(1, ceil(extract(epoch FROM window_start + interval '1 minute' - now()))));
+    END IF;
+    -- Renewed under its row lock: shell.collect_files waits for this
+    -- transaction and then finds the blob young, so it cannot remove it
+    -- from under the tree about to refer to it.
+    UPDATE shell.blobs b SET created_at = now() WHERE b.sha256 = p_sha256 AND b.size = p_size;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no stored content % of % bytes', p_sha256, p_size USING ERRCODE = '22023',
+            HINT = 'Store the file''s content before committing its upload.';
+    END IF;
+    upload := jsonb_build_object('path', p_path, 'sha256', p_sha256, 'size', p_size, 'mode', p_mode);
+    new_root := shell.put_file(s, s.root, upload);
+    INSERT INTO shell.commands (session_id, user_id, command, status, submitted_at, claimed_at, started_at,
+        completed_at, exit_code, duration_ms, output, cwd_before, env_before, cwd_after, env_after,
+        root_before, root_after, upload, change_seq)
+    VALUES (s.id, s.user_id, 'upload ' || p_path, 'done', now(), now(), now(), now(), 0, 0, '',
+            s.cwd, s.env, s.cwd, s.env, s.root, new_root, upload, seq)
+    RETURNING id INTO new_id;
+    PERFORM shell.chain_result(new_id);
+    UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
+    UPDATE shell.lanes l SET cached_on = NULL WHERE l.session_id = s.id;  -- no host's copy holds it
+    RETURN new_id;
+END
+$$;
+
 CREATE FUNCTION shell.complete_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_record text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -657,6 +745,8 @@ DECLARE
     new_cwd text;
     new_env jsonb;
     new_root text;
+    new_reason text;
+    refusal text;
 BEGIN
     BEGIN
         rec := p_record::jsonb;
@@ -667,6 +757,7 @@ BEGIN
         new_cwd := coalesce(rec ->> 'cwd_after', cmd.cwd_before);
         new_env := coalesce(rec -> 'env_after', cmd.env_before);
         new_root := coalesce(rec ->> 'root_after', cmd.root_before);
+        new_reason := rec ->> 'reason';
     EXCEPTION WHEN data_exception THEN
         RAISE EXCEPTION 'result record is not a JSON object of the expected fields'
             USING ERRCODE = '22023', DETAIL = SQLERRM,
@@ -687,19 +778,28 @@ BEGIN
         RAISE EXCEPTION 'root % is not stored', new_root USING ERRCODE = '22023',
             HINT = 'Store the trees and blobs of the new root before completing.';
     END IF;
+    refusal := shell.files_refusal(cmd.user_id, cmd.root_before, new_root);
+    IF refusal IS NOT NULL THEN
+        new_status := 'failed';
+        new_reason := refusal || ': the command''s changes to its files were not kept';
+        new_cwd := cmd.cwd_before;
+        new_env := cmd.env_before;
+        new_root := cmd.root_before;
+    END IF;
     UPDATE shell.commands c SET status = new_status, exit_code = new_exit_code,
-        reason = rec ->> 'reason', truncated = new_truncated, completed_at = now(),
+        reason = new_reason, truncated = new_truncated, completed_at = now(),
         duration_ms = new_duration_ms, cwd_after = new_cwd, env_after = new_env,
         root_after = new_root, lease_expires_at = NULL, change_seq = lease.change
     WHERE c.id = p_command_id;
-    IF p_signature IS NULL THEN
+    IF p_signature IS NULL OR refusal IS NOT NULL THEN
         PERFORM shell.chain_result(p_command_id);
     ELSE
         PERFORM shell.chain_result(p_command_id, p_record, p_signature, p_key_id);
     END IF;
     UPDATE shell.sessions s SET cwd = new_cwd, env = new_env, root = new_root, last_active_at = now()
     WHERE s.id = cmd.session_id;
-    UPDATE shell.lanes l SET active_command_id = NULL, cached_on = rec ->> 'host',
+    UPDATE shell.lanes l SET active_command_id = NULL,
+        cached_on = CASE WHEN refusal IS NULL THEN rec ->> 'host' END,
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = cmd.session_id;
 END
@@ -736,6 +836,23 @@ BEGIN
     UPDATE shell.lanes l SET active_command_id = NULL, cached_on = NULL,
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = cmd.session_id;
+END
+$$;
+
+CREATE FUNCTION shell.count_tree_entries() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    UPDATE shell.trees t SET entries = c.own + c.below, widest = greatest(c.own, c.widest_below)
+    FROM (SELECT e.tree, count(*) AS own, coalesce(sum(k.entries), 0) AS below,
+                 coalesce(max(k.widest), 0) AS widest_below
+          FROM shell.tree_entries e
+          LEFT JOIN shell.trees k ON e.kind = 'dir' AND k.hash = e.object
+          WHERE e.tree IN (SELECT DISTINCT a.tree FROM added a)
+          GROUP BY e.tree) c
+    WHERE t.hash = c.tree;
+    RETURN NULL;
 END
 $$;
 
@@ -842,6 +959,8 @@ BEGIN
         RAISE EXCEPTION 'command queue quota reached (% unfinished commands)', quota
             USING ERRCODE = 'PT429', HINT = 'Wait for commands to finish, or cancel some.';
     END IF;
+    PERFORM shell.check_output_quota(p_session.user_id);
+    PERFORM shell.check_files_quota(p_session.user_id);
     UPDATE shell.lanes l SET
         ready_since = CASE WHEN l.pending = 0 AND l.active_command_id IS NULL THEN now() ELSE l.ready_since END,
         pending = l.pending + 1,
@@ -861,6 +980,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.entry_bytes(p_name text, p_target text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT 336 + 2 * octet_length(p_name) + coalesce(octet_length(p_target), 0)::bigint
+$$;
+
 CREATE FUNCTION shell.expire_leases() RETURNS TABLE(command_id bigint, status text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -878,6 +1004,26 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END
+$$;
+
+CREATE FUNCTION shell.file_bytes_walked(p_user_id uuid) RETURNS bigint
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    WITH RECURSIVE roots (hash) AS (
+        SELECT s.root FROM shell.sessions s WHERE s.user_id = p_user_id AND s.root IS NOT NULL
+        UNION
+        SELECT r.root FROM shell.commands c, LATERAL (VALUES (c.root_before), (c.root_after)) r(root)
+        WHERE c.user_id = p_user_id AND c.status IN ('done', 'failed', 'cancelled') AND r.root IS NOT NULL
+    ), reach (hash) AS (
+        SELECT hash FROM roots
+        UNION
+        SELECT e.object FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash WHERE e.kind = 'dir'
+    )
+    SELECT coalesce((SELECT sum(shell.entry_bytes(e.name, e.target))
+                     FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash), 0)
+         + coalesce((SELECT sum(b.size) FROM (SELECT DISTINCT e.object, e.size
+                     FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash WHERE e.kind = 'file') b), 0)
 $$;
 
 CREATE TABLE shell.tree_entries (
@@ -916,6 +1062,39 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.files_refusal(p_user_id uuid, p_old_root text, p_new_root text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    held shell.file_usage := shell.lock_file_usage(p_user_id);
+    quota shell.users;
+    root shell.trees;
+    used bigint;
+    cost bigint;
+BEGIN
+    IF p_new_root IS NULL OR p_new_root IS NOT DISTINCT FROM p_old_root THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO quota FROM shell.users u WHERE u.id = p_user_id;
+    SELECT * INTO root FROM shell.trees t WHERE t.hash = p_new_root;
+    IF root.widest > quota.max_tree_entries THEN
+        RETURN format('a directory would hold %s entries, more than the limit of %s (max_tree_entries)',
+                      root.widest, quota.max_tree_entries);
+    END IF;
+    IF root.entries > quota.max_root_entries THEN
+        RETURN format('the home would hold %s entries, more than the limit of %s (max_root_entries)',
+                      root.entries, quota.max_root_entries);
+    END IF;
+    cost := shell.holding_cost(p_user_id, shell.unheld_trees(p_user_id, p_new_root));
+    used := held.blob_bytes + held.tree_bytes;
+    IF cost > 0 AND used + cost > quota.max_file_bytes THEN
+        RETURN format('files quota reached (%s of %s bytes)', used + cost, quota.max_file_bytes);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION shell.forbid_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -938,6 +1117,121 @@ BEGIN
       AND c.status IN ('claimed', 'running')
     RETURNING c.id, c.cancel_requested_at IS NOT NULL;
 END
+$$;
+
+CREATE FUNCTION shell.hold_command_roots() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    ended constant text[] := ARRAY['done', 'failed', 'cancelled'];
+    was text[] := '{}';
+    now_held text[] := '{}';
+    r text;
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.status = ANY (ended) THEN
+        was := array_remove(ARRAY[OLD.root_before, OLD.root_after], NULL);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.status = ANY (ended) THEN
+        now_held := array_remove(ARRAY[NEW.root_before, NEW.root_after], NULL);
+    END IF;
+    IF was = now_held THEN
+        RETURN NULL;
+    END IF;
+    -- New references first, so a subtree both keep is never let go of.
+    FOREACH r IN ARRAY now_held LOOP
+        PERFORM shell.hold_root(NEW.user_id, r, 1);
+    END LOOP;
+    FOREACH r IN ARRAY was LOOP
+        PERFORM shell.hold_root(OLD.user_id, r, -1);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION shell.hold_root(p_user_id uuid, p_root text, p_n bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    fresh text[];
+    added_trees bigint;
+    added_blobs bigint;
+BEGIN
+    IF p_root IS NULL OR p_n = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM shell.lock_file_usage(p_user_id);
+    IF p_n < 0 THEN
+        PERFORM shell.release_root(p_user_id, p_root, -p_n);
+        RETURN;
+    END IF;
+    UPDATE shell.held_trees h SET refs = h.refs + p_n WHERE h.user_id = p_user_id AND h.tree = p_root;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    fresh := shell.unheld_trees(p_user_id, p_root);
+    added_blobs := shell.holding_cost(p_user_id, fresh);
+    INSERT INTO shell.held_trees (user_id, tree, refs, bytes)
+    SELECT p_user_id, f, 0, coalesce((SELECT sum(shell.entry_bytes(e.name, e.target))
+                                      FROM shell.tree_entries e WHERE e.tree = f), 0)
+    FROM unnest(fresh) f;
+    SELECT coalesce(sum(h.bytes), 0) INTO added_trees FROM shell.held_trees h
+    WHERE h.user_id = p_user_id AND h.tree = ANY (fresh);
+    added_blobs := added_blobs - added_trees;
+    -- Each subtree is new (just inserted) or held already: both conflict.
+    INSERT INTO shell.held_trees AS h (user_id, tree, refs, bytes)
+    SELECT p_user_id, e.object, count(*), 0 FROM shell.tree_entries e
+    WHERE e.tree = ANY (fresh) AND e.kind = 'dir' GROUP BY e.object
+    ON CONFLICT (user_id, tree) DO UPDATE SET refs = h.refs + excluded.refs;
+    INSERT INTO shell.held_blobs AS h (user_id, sha256, refs, size)
+    SELECT p_user_id, e.object, count(*), max(e.size) FROM shell.tree_entries e
+    WHERE e.tree = ANY (fresh) AND e.kind = 'file' GROUP BY e.object
+    ON CONFLICT (user_id, sha256) DO UPDATE SET refs = h.refs + excluded.refs;
+    UPDATE shell.held_trees h SET refs = h.refs + p_n WHERE h.user_id = p_user_id AND h.tree = p_root;
+    UPDATE shell.file_usage u SET blob_bytes = u.blob_bytes + added_blobs, tree_bytes = u.tree_bytes + added_trees
+    WHERE u.user_id = p_user_id;
+END
+$$;
+
+CREATE FUNCTION shell.hold_session_root() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.root IS NOT DISTINCT FROM NEW.root THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM shell.hold_root(NEW.user_id, NEW.root, 1);
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM shell.hold_root(OLD.user_id, OLD.root, -1);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) RETURNS bigint
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce((SELECT sum(shell.entry_bytes(e.name, e.target)) FROM shell.tree_entries e
+                     WHERE e.tree = ANY (p_fresh)), 0)
+         + coalesce((SELECT sum(b.size) FROM (
+                SELECT DISTINCT e.object, e.size FROM shell.tree_entries e
+                WHERE e.tree = ANY (p_fresh) AND e.kind = 'file'
+                  AND NOT EXISTS (SELECT FROM shell.held_blobs h
+                                  WHERE h.user_id = p_user_id AND h.sha256 = e.object)) b), 0)
+$$;
+
+CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_id uuid, user_id uuid, archived boolean, stored boolean)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT s.id, s.user_id, s.archived_at IS NOT NULL, s.root IS NOT NULL
+    FROM shell.sessions s
+    WHERE s.id = ANY (p_session_ids)
 $$;
 
 CREATE FUNCTION shell.html_escape(t text) RETURNS text
@@ -1099,6 +1393,27 @@ CREATE FUNCTION shell.live_commands(p_command_ids bigint[]) RETURNS SETOF bigint
     AS $$
     SELECT c.id FROM shell.commands c
     WHERE c.id = ANY (p_command_ids) AND c.status IN ('claimed', 'running')
+$$;
+
+CREATE TABLE shell.file_usage (
+    user_id uuid NOT NULL,
+    blob_bytes bigint DEFAULT 0 NOT NULL,
+    tree_bytes bigint DEFAULT 0 NOT NULL,
+    upload_window timestamp with time zone,
+    window_uploads integer DEFAULT 0 NOT NULL
+);
+
+CREATE FUNCTION shell.lock_file_usage(p_user_id uuid) RETURNS shell.file_usage
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    found shell.file_usage;
+BEGIN
+    INSERT INTO shell.file_usage (user_id) VALUES (p_user_id) ON CONFLICT DO NOTHING;
+    SELECT * INTO found FROM shell.file_usage f WHERE f.user_id = p_user_id FOR UPDATE;
+    RETURN found;
+END
 $$;
 
 CREATE FUNCTION shell.mark_created(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text) RETURNS void
@@ -1403,20 +1718,19 @@ CREATE FUNCTION shell.put_file(p_session shell.sessions, p_root text, p_upload j
     AS $$
 DECLARE
     new_root text;
-    quota bigint;
-    used bigint;
+    refusal text;
 BEGIN
     new_root := shell.tree_put_path(coalesce(p_root, shell.empty_tree()),
         shell.path_parts(p_upload ->> 'path'),
         jsonb_build_object('kind', 'file', 'mode', (p_upload ->> 'mode')::integer,
                            'size', (p_upload ->> 'size')::bigint, 'object', p_upload ->> 'sha256'));
-    SELECT u.max_file_bytes INTO quota FROM shell.users u WHERE u.id = p_session.user_id;
-    used := shell.user_file_bytes(p_session.user_id)
-            - coalesce((SELECT t.size FROM shell.trees t WHERE t.hash = p_root), 0)
-            + (SELECT t.size FROM shell.trees t WHERE t.hash = new_root);
-    IF used > quota THEN
-        RAISE EXCEPTION 'files quota reached (% of % bytes)', used, quota USING ERRCODE = 'PT413',
-            HINT = 'Delete files in the session, or ask an administrator to raise max_file_bytes.';
+    refusal := shell.files_refusal(p_session.user_id, p_root, new_root);
+    IF refusal IS NOT NULL THEN
+        RAISE EXCEPTION '%', refusal USING ERRCODE = 'PT413',
+            DETAIL = 'The files quota (max_file_bytes) counts every version of every file that the kept '
+                     'history of your sessions holds, and each directory entry of it.',
+            HINT = 'Deleting files does not free it; retention of old commands does, or an administrator '
+                   'can raise it (pg-shell user quota --files-mb).';
     END IF;
     RETURN new_root;
 END
@@ -1556,6 +1870,49 @@ BEGIN
         ready_since = CASE WHEN l.pending > 0 THEN now() ELSE l.ready_since END
     WHERE l.session_id = current.session_id;
     RETURN 'failed';
+END
+$$;
+
+CREATE FUNCTION shell.release_root(p_user_id uuid, p_root text, p_n bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    dead text[];
+    left_refs bigint;
+    gone_trees bigint := 0;
+    gone_blobs bigint := 0;
+BEGIN
+    UPDATE shell.held_trees h SET refs = h.refs - p_n WHERE h.user_id = p_user_id AND h.tree = p_root
+    RETURNING h.refs INTO left_refs;
+    IF left_refs IS NULL OR left_refs > 0 THEN
+        RETURN;
+    END IF;
+    dead := ARRAY[p_root];
+    WHILE cardinality(dead) > 0 LOOP
+        WITH gone AS (DELETE FROM shell.held_trees h WHERE h.user_id = p_user_id AND h.tree = ANY (dead)
+                      RETURNING h.bytes)
+        SELECT gone_trees + coalesce(sum(gone.bytes), 0) INTO gone_trees FROM gone;
+        UPDATE shell.held_blobs h SET refs = h.refs - d.n
+        FROM (SELECT e.object, count(*) AS n FROM shell.tree_entries e
+              WHERE e.tree = ANY (dead) AND e.kind = 'file' GROUP BY e.object) d
+        WHERE h.user_id = p_user_id AND h.sha256 = d.object;
+        WITH gone AS (DELETE FROM shell.held_blobs h
+                      WHERE h.user_id = p_user_id AND h.refs <= 0
+                        AND h.sha256 IN (SELECT e.object FROM shell.tree_entries e
+                                         WHERE e.tree = ANY (dead) AND e.kind = 'file')
+                      RETURNING h.size)
+        SELECT gone_blobs + coalesce(sum(gone.size), 0) INTO gone_blobs FROM gone;
+        WITH lowered AS (
+            UPDATE shell.held_trees h SET refs = h.refs - d.n
+            FROM (SELECT e.object, count(*) AS n FROM shell.tree_entries e
+                  WHERE e.tree = ANY (dead) AND e.kind = 'dir' GROUP BY e.object) d
+            WHERE h.user_id = p_user_id AND h.tree = d.object
+            RETURNING h.tree, h.refs)
+        SELECT coalesce(array_agg(lowered.tree) FILTER (WHERE lowered.refs <= 0), '{}') INTO dead FROM lowered;
+    END LOOP;
+    UPDATE shell.file_usage u SET blob_bytes = u.blob_bytes - gone_blobs, tree_bytes = u.tree_bytes - gone_trees
+    WHERE u.user_id = p_user_id;
 END
 $$;
 
@@ -1831,12 +2188,13 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint)
+CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer, p_max_files_mb integer DEFAULT NULL::integer, p_max_tree_entries integer DEFAULT NULL::integer, p_max_root_entries integer DEFAULT NULL::integer, p_max_uploads_per_minute integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint, max_files_mb bigint, max_tree_entries integer, max_root_entries integer, max_uploads_per_minute integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 BEGIN
-    IF least(p_max_sessions, p_max_running, p_max_queued, p_max_output_mb) < 0 THEN
+    IF least(p_max_sessions, p_max_running, p_max_queued, p_max_output_mb, p_max_files_mb,
+             p_max_tree_entries, p_max_root_entries, p_max_uploads_per_minute) < 0 THEN
         RAISE EXCEPTION 'quotas cannot be negative' USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
@@ -1844,9 +2202,14 @@ BEGIN
         max_sessions = coalesce(p_max_sessions, u.max_sessions),
         max_running = coalesce(p_max_running, u.max_running),
         max_queued = coalesce(p_max_queued, u.max_queued),
-        max_output_bytes = coalesce(p_max_output_mb::bigint * 1048576, u.max_output_bytes)
+        max_output_bytes = coalesce(p_max_output_mb::bigint * 1048576, u.max_output_bytes),
+        max_file_bytes = coalesce(p_max_files_mb::bigint * 1048576, u.max_file_bytes),
+        max_tree_entries = coalesce(p_max_tree_entries, u.max_tree_entries),
+        max_root_entries = coalesce(p_max_root_entries, u.max_root_entries),
+        max_uploads_per_minute = coalesce(p_max_uploads_per_minute, u.max_uploads_per_minute)
     WHERE u.username = p_username
-    RETURNING u.username, u.max_sessions, u.max_running, u.max_queued, u.max_output_bytes / 1048576;
+    RETURNING u.username, u.max_sessions, u.max_running, u.max_queued, u.max_output_bytes / 1048576,
+              u.max_file_bytes / 1048576, u.max_tree_entries, u.max_root_entries, u.max_uploads_per_minute;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no user %', p_username USING ERRCODE = '22023';
     END IF;
@@ -2029,6 +2392,21 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.unheld_trees(p_user_id uuid, p_root text) RETURNS text[]
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    WITH RECURSIVE fresh (hash) AS (
+        SELECT p_root
+        WHERE NOT EXISTS (SELECT FROM shell.held_trees h WHERE h.user_id = p_user_id AND h.tree = p_root)
+        UNION
+        SELECT e.object FROM fresh JOIN shell.tree_entries e ON e.tree = fresh.hash
+        WHERE e.kind = 'dir'
+          AND NOT EXISTS (SELECT FROM shell.held_trees h WHERE h.user_id = p_user_id AND h.tree = e.object)
+    )
+    SELECT coalesce(array_agg(fresh.hash), '{}') FROM fresh
+$$;
+
 CREATE FUNCTION shell.usage_report(p_consumer text DEFAULT 'default'::text, p_since timestamp with time zone DEFAULT (now() - '1 day'::interval)) RETURNS TABLE(user_id uuid, username text, commands bigint, run_ms bigint, output_bytes bigint, from_time timestamp with time zone, until_time timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2080,8 +2458,7 @@ CREATE FUNCTION shell.user_file_bytes(p_user_id uuid) RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT coalesce(sum(t.size), 0) FROM shell.sessions s JOIN shell.trees t ON t.hash = s.root
-    WHERE s.user_id = p_user_id
+    SELECT coalesce((SELECT f.blob_bytes + f.tree_bytes FROM shell.file_usage f WHERE f.user_id = p_user_id), 0)
 $$;
 
 CREATE FUNCTION shell.utc_text(t timestamp with time zone) RETURNS text
@@ -2143,6 +2520,7 @@ BEGIN
             HINT = 'Cancel them or wait for them to finish, then archive the session.';
     END IF;
     UPDATE shell.sessions s SET archived_at = now() WHERE s.id = target.id;
+    PERFORM pg_notify('shell_archived', target.id::text);
 END
 $$;
 
@@ -2570,8 +2948,6 @@ CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text) RETU
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
-DECLARE
-    s shell.sessions;
 BEGIN
     -- \x0b is the vertical tab: E'\v' is not an escape in PostgreSQL (it is "v").
     IF p_command IS NULL OR btrim(p_command, E' \t\r\n\f\x0b') = '' THEN
@@ -2582,9 +2958,7 @@ BEGIN
             USING ERRCODE = 'PT413', DETAIL = 'A command may be at most 1048576 bytes.',
                   HINT = 'Put long scripts in a file in the session and run the file.';
     END IF;
-    s := shell.owned_session(p_session_id);
-    PERFORM shell.check_output_quota(s.user_id);
-    RETURN shell.enqueue(s, p_command);
+    RETURN shell.enqueue(shell.owned_session(p_session_id), p_command);
 END
 $$;
 
@@ -2611,16 +2985,12 @@ CREATE FUNCTION shell_api.upload_file(p_session_id uuid, p_path text, p_content 
     SET search_path TO ''
     AS $$
 DECLARE
-    s shell.sessions := shell.owned_session(p_session_id);
     max_upload constant bigint := 67108864;
     chunk constant integer := 4194304;
     digest text;
-    upload jsonb;
-    new_root text;
-    new_id bigint;
-    seq bigint;
     n integer;
 BEGIN
+    PERFORM shell.owned_session(p_session_id);
     PERFORM shell.path_parts(p_path);
     IF p_content IS NULL THEN
         RAISE EXCEPTION 'no content' USING ERRCODE = '22023';
@@ -2632,35 +3002,14 @@ BEGIN
     IF p_mode IS NULL OR p_mode NOT BETWEEN 0 AND 511 THEN
         RAISE EXCEPTION 'mode must be between 0 and 511 (0o777)' USING ERRCODE = '22023';
     END IF;
-    -- Lane first (the lock order of every transition): the session must be idle.
-    UPDATE shell.lanes l SET change_seq = l.change_seq + 1 WHERE l.session_id = s.id
-    RETURNING l.change_seq INTO seq;
-    IF EXISTS (SELECT FROM shell.lanes l WHERE l.session_id = s.id AND (l.pending > 0 OR l.active_command_id IS NOT NULL)) THEN
-        RAISE EXCEPTION 'session is busy' USING ERRCODE = 'PT409',
-            HINT = 'Upload when its commands have finished.';
-    END IF;
-    SELECT * INTO s FROM shell.sessions x WHERE x.id = s.id FOR UPDATE;
     digest := encode(sha256(p_content), 'hex');
-    n := greatest(1, ceil(octet_length(p_content)::numeric / chunk)::integer);
-    IF octet_length(p_content) = 0 THEN
-        n := 0;
-    END IF;
-    INSERT INTO shell.blobs (sha256, size, chunks) VALUES (digest, octet_length(p_content), n) ON CONFLICT DO NOTHING;
+    n := ceil(octet_length(p_content)::numeric / chunk)::integer;
+    INSERT INTO shell.blobs (sha256, size, chunks) VALUES (digest, octet_length(p_content), n)
+    ON CONFLICT (sha256) DO UPDATE SET created_at = now();
     INSERT INTO shell.blob_chunks (sha256, seq, data)
     SELECT digest, i, substring(p_content FROM i * chunk + 1 FOR chunk) FROM generate_series(0, n - 1) i
     ON CONFLICT DO NOTHING;
-    upload := jsonb_build_object('path', p_path, 'sha256', digest, 'size', octet_length(p_content), 'mode', p_mode);
-    new_root := shell.put_file(s, s.root, upload);
-    INSERT INTO shell.commands (session_id, user_id, command, status, submitted_at, claimed_at, started_at,
-        completed_at, exit_code, duration_ms, output, cwd_before, env_before, cwd_after, env_after,
-        root_before, root_after, upload, change_seq)
-    VALUES (s.id, s.user_id, 'upload ' || p_path, 'done', now(), now(), now(), now(), 0, 0, '',
-            s.cwd, s.env, s.cwd, s.env, s.root, new_root, upload, seq)
-    RETURNING id INTO new_id;
-    PERFORM shell.chain_result(new_id);
-    UPDATE shell.sessions x SET root = new_root, last_active_at = now() WHERE x.id = s.id;
-    UPDATE shell.lanes l SET cached_on = NULL WHERE l.session_id = s.id;  -- no host's copy holds it
-    RETURN new_id;
+    RETURN shell.commit_upload(p_session_id, p_path, digest, octet_length(p_content), p_mode);
 END
 $$;
 
@@ -2798,6 +3147,20 @@ CREATE TABLE shell.config (
     value text NOT NULL
 );
 
+CREATE TABLE shell.held_blobs (
+    user_id uuid NOT NULL,
+    sha256 text NOT NULL,
+    refs bigint NOT NULL,
+    size bigint NOT NULL
+);
+
+CREATE TABLE shell.held_trees (
+    user_id uuid NOT NULL,
+    tree text NOT NULL,
+    refs bigint NOT NULL,
+    bytes bigint NOT NULL
+);
+
 CREATE TABLE shell.images (
     digest text NOT NULL,
     promoted_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2856,8 +3219,12 @@ CREATE TABLE shell.trees (
     hash text NOT NULL,
     size bigint NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    entries bigint DEFAULT 0 NOT NULL,
+    widest integer DEFAULT 0 NOT NULL,
+    CONSTRAINT trees_entries_check CHECK ((entries >= 0)),
     CONSTRAINT trees_hash_check CHECK ((hash ~ '^[0-9a-f]{64}$'::text)),
-    CONSTRAINT trees_size_check CHECK ((size >= 0))
+    CONSTRAINT trees_size_check CHECK ((size >= 0)),
+    CONSTRAINT trees_widest_check CHECK ((widest >= 0))
 );
 
 CREATE TABLE shell.upload_parts (
@@ -2888,11 +3255,17 @@ CREATE TABLE shell.users (
     max_queued integer DEFAULT 100 NOT NULL,
     max_file_bytes bigint DEFAULT 1073741824 NOT NULL,
     max_output_bytes bigint DEFAULT 1073741824 NOT NULL,
+    max_tree_entries integer DEFAULT 10000 NOT NULL,
+    max_root_entries integer DEFAULT 200000 NOT NULL,
+    max_uploads_per_minute integer DEFAULT 60 NOT NULL,
     CONSTRAINT users_max_file_bytes_check CHECK ((max_file_bytes >= 0)),
     CONSTRAINT users_max_output_bytes_check CHECK ((max_output_bytes >= 0)),
     CONSTRAINT users_max_queued_check CHECK ((max_queued >= 0)),
+    CONSTRAINT users_max_root_entries_check CHECK ((max_root_entries >= 0)),
     CONSTRAINT users_max_running_check CHECK ((max_running >= 0)),
     CONSTRAINT users_max_sessions_check CHECK ((max_sessions >= 0)),
+    CONSTRAINT users_max_tree_entries_check CHECK ((max_tree_entries >= 0)),
+    CONSTRAINT users_max_uploads_per_minute_check CHECK ((max_uploads_per_minute >= 0)),
     CONSTRAINT users_username_check CHECK ((username ~ '^[a-z_][a-z0-9_.-]{0,62}$'::text))
 );
 
@@ -2910,6 +3283,15 @@ ALTER TABLE ONLY shell.commands
 
 ALTER TABLE ONLY shell.config
     ADD CONSTRAINT config_pkey PRIMARY KEY (key);
+
+ALTER TABLE ONLY shell.file_usage
+    ADD CONSTRAINT file_usage_pkey PRIMARY KEY (user_id);
+
+ALTER TABLE ONLY shell.held_blobs
+    ADD CONSTRAINT held_blobs_pkey PRIMARY KEY (user_id, sha256);
+
+ALTER TABLE ONLY shell.held_trees
+    ADD CONSTRAINT held_trees_pkey PRIMARY KEY (user_id, tree);
 
 ALTER TABLE ONLY shell.images
     ADD CONSTRAINT images_pkey PRIMARY KEY (digest);
@@ -2997,11 +3379,17 @@ CREATE INDEX tree_entries_object ON shell.tree_entries USING btree (object) WHER
 
 CREATE INDEX upload_parts_created_at ON shell.upload_parts USING btree (created_at);
 
+CREATE TRIGGER commands_hold_roots AFTER INSERT OR DELETE OR UPDATE OF status, root_before, root_after ON shell.commands FOR EACH ROW EXECUTE FUNCTION shell.hold_command_roots();
+
 CREATE TRIGGER lanes_announce AFTER INSERT ON shell.lanes FOR EACH ROW EXECUTE FUNCTION shell.announce_session();
 
 CREATE TRIGGER lanes_notify_change AFTER UPDATE OF change_seq ON shell.lanes FOR EACH ROW WHEN ((new.change_seq IS DISTINCT FROM old.change_seq)) EXECUTE FUNCTION shell.notify_change();
 
 CREATE TRIGGER output_chunks_append_only BEFORE UPDATE ON shell.output_chunks FOR EACH ROW EXECUTE FUNCTION shell.forbid_change();
+
+CREATE TRIGGER sessions_hold_root AFTER INSERT OR DELETE OR UPDATE OF root ON shell.sessions FOR EACH ROW EXECUTE FUNCTION shell.hold_session_root();
+
+CREATE TRIGGER tree_entries_counted AFTER INSERT ON shell.tree_entries REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION shell.count_tree_entries();
 
 ALTER TABLE ONLY shell.blob_chunks
     ADD CONSTRAINT blob_chunks_sha256_fkey FOREIGN KEY (sha256) REFERENCES shell.blobs(sha256) ON DELETE CASCADE;
@@ -3023,6 +3411,9 @@ ALTER TABLE ONLY shell.commands
 
 ALTER TABLE ONLY shell.commands
     ADD CONSTRAINT commands_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id);
+
+ALTER TABLE ONLY shell.file_usage
+    ADD CONSTRAINT file_usage_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id);
 
 ALTER TABLE ONLY shell.lanes
     ADD CONSTRAINT lanes_session_id_fkey FOREIGN KEY (session_id) REFERENCES shell.sessions(id);
@@ -3062,6 +3453,12 @@ ALTER TABLE shell.commands ENABLE ROW LEVEL SECURITY;
 CREATE POLICY commands_owner ON shell.commands FOR SELECT TO shell_user USING ((user_id = ( SELECT shell.current_user_id() AS current_user_id)));
 
 ALTER TABLE shell.config ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.file_usage ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.held_blobs ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.held_trees ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.images ENABLE ROW LEVEL SECURITY;
 

@@ -31,6 +31,16 @@ class ClaimedCommand:
     upload: dict[str, Any] | None = None  # an upload to apply instead of a command to run
 
 
+@dataclass(frozen=True)
+class HostSession:
+    """A session a host may hold a copy of, as the database sees it."""
+
+    session_id: str
+    user_id: str
+    archived: bool
+    stored: bool  # its files are in the database (the copy is only a cache)
+
+
 class ExecutorDatabase(Database):
     """The executor's calls, on one connection acting as the executor role."""
 
@@ -99,6 +109,12 @@ class ExecutorDatabase(Database):
         rows = self.call("SELECT shell.adopt_session(%s, %s) AS adopted", (session_id, host))
         return bool(rows[0]["adopted"])
 
+    def host_sessions(self, session_ids: list[str]) -> list[HostSession]:
+        """What the database says of these sessions (those it knows)."""
+        rows = self.call("SELECT session_id::text AS session_id, user_id::text AS user_id, "
+                         "archived, stored FROM shell.host_sessions(%s::uuid[])", (session_ids,))
+        return [HostSession(**row) for row in rows]
+
     def register_key(self, public_key_hex: str, worker_id: str) -> str:
         rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id",
                          (public_key_hex, worker_id))
@@ -134,7 +150,7 @@ class Listener:
     """LISTEN on the executor's channels; NOTIFY is only a hint, so callers
     also poll."""
 
-    CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions")
+    CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions", "shell_archived")
 
     def __init__(self, db: ExecutorDatabase) -> None:
         self._db = db

@@ -46,6 +46,13 @@ def idle_sessions(conn: Connection, session_ids: list[str],
     return {r["id"] for r in rows}
 
 
+def archived_sessions(conn: Connection, session_ids: list[str]) -> set[str]:
+    """Those of the sessions that are archived and whose files are in the database."""
+    rows = query(conn, "SELECT session_id::text AS id FROM shell.host_sessions(%s::uuid[]) "
+                       "WHERE archived AND stored", (session_ids,))
+    return {r["id"] for r in rows}
+
+
 def collect_files(conn: Connection, grace: datetime.timedelta) -> tuple[int, int]:
     """Deletes trees and blobs nothing retained reaches; returns how many of each."""
     with transaction(conn) as cur:

@@ -1,12 +1,22 @@
 """Blank home images for loop volumes (volumes.py): a fixed-size ext4 file
 system whose root belongs to the sandbox user, with nothing in it.
 
-Making one (fallocate, mkfs.ext4, debugfs) took 12-20 ms of a new session's
+Making one (truncate, mkfs.ext4, debugfs) took 12-20 ms of a new session's
 first command, so one is kept made ahead: ``Spare.take`` hands it to the
 next new session and a thread makes the next. A spare has never been
 attached or mounted, so it is as blank as one made on the spot; one of
-another size (the quota changed) is not used. It costs one quota's worth of
-disk per volumes directory.
+another size (the quota changed) is not used.
+
+An image is sparse: it takes on the host's disk what its file system holds
+(8.4 MiB for a blank 256 MiB one), and grows as the session writes, up to
+its size. The quota is the file system's size all the same: a write past
+it fails with ENOSPC inside the container, whatever the file's blocks on
+the host. (The images were made with fallocate before, but mkfs.ext4
+discards the whole file first, which punched the allocation out again:
+they were as sparse, by accident.) Sessions' volumes are mounted with
+``discard``, so what a session deletes goes back to the host. The price is
+that the host's disk can be promised to more sessions than it holds: the
+free-space floor (volumes.py) is the margin, and no image is made below it.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ def make_blank(path: Path, size_bytes: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     try:
-        run_tool("fallocate", "--length", str(size_bytes), str(tmp))
+        run_tool("truncate", "--size", str(size_bytes), str(tmp))
         # -m 0: no blocks reserved for root, the user is the sandbox user.
         # root_owner: the user owns the root dir, i.e. their home.
         run_tool("mkfs.ext4", "-q", "-F", "-m", "0",
@@ -63,10 +73,12 @@ class Spare:
     and a crash leaves at most a temporary file the next making replaces."""
 
     def __init__(self, state_dir: Path, size_bytes: int,
-                 locked: Callable[[], AbstractContextManager[None]]) -> None:
+                 locked: Callable[[], AbstractContextManager[None]],
+                 may_make: Callable[[], None] = lambda: None) -> None:
         self.path = state_dir / SPARE_NAME
         self._size = size_bytes
         self._locked = locked
+        self._may_make = may_make  # raises VolumeError when no image may be made now
         self._making = threading.Lock()  # one refill at a time in this process
 
     def take(self, target: Path) -> bool:
@@ -92,6 +104,7 @@ class Spare:
                 return  # removed with its executor's state: nothing to refill
             with self._locked():
                 if not (self.path.exists() and self.path.stat().st_size == self._size):
+                    self._may_make()
                     make_blank(self.path, self._size)
         except (OSError, VolumeError) as exc:  # the next new session makes its own
             log.warning("no spare home image: %s", exc)

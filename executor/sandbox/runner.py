@@ -61,6 +61,8 @@ class Sandbox:
         disk_quota: str = "loop",  # or "none" (rootless engines: plain volume, no quota)
         volume_dir: str = DEFAULT_STATE_DIR,
         scope: str = "default",  # deployment name; reap() stays inside it
+        copies_per_user: int = 0,  # copies of one user's sessions' files on this host (0: any)
+        min_free_bytes: int = 0,  # no new loop image below this much free space
     ) -> None:
         if disk_quota not in ("loop", "none"):
             raise ValueError(f"disk_quota must be 'loop' or 'none', not {disk_quota!r}")
@@ -71,9 +73,10 @@ class Sandbox:
         self._api = self._client.api
         self.volumes: LoopVolumes | PlainVolumes
         if disk_quota == "loop":
-            self.volumes = LoopVolumes(self._client, limits.disk_quota_bytes, volume_dir)
+            self.volumes = LoopVolumes(self._client, limits.disk_quota_bytes, volume_dir,
+                                       copies_per_user, min_free_bytes)
         else:
-            self.volumes = PlainVolumes(self._client, volume_dir)
+            self.volumes = PlainVolumes(self._client, volume_dir, copies_per_user)
         self.containers = Containers(self._client, limits, shell_root,
                                      self.volumes.seed_from_image, scope)
 
@@ -384,4 +387,6 @@ def sandbox_from(settings: Settings) -> Sandbox:
     """The sandbox the settings describe (the executor's, and cleanup's)."""
     return Sandbox(settings.limits(), shell_root=settings.shell_root,
                    docker_host=settings.docker_host, disk_quota=settings.disk_quota,
-                   volume_dir=settings.volumes_dir, scope=settings.scope)
+                   volume_dir=settings.volumes_dir, scope=settings.scope,
+                   copies_per_user=settings.volumes_per_user,
+                   min_free_bytes=settings.min_free_mb * 1024 * 1024)

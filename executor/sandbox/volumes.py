@@ -22,16 +22,23 @@ executor's belong to its user, 1000:1000, and are handed over once, in a
 container (ownership.py), never from the host. A marker beside the volume
 records that it is the current user's, so the check costs one small file
 read per container.
+
+Copies are a cache (the files are in the database, DESIGN.md §9), so a
+host bounds them (host_copies.py): at most ``per_user`` copies of one
+user's sessions (making one more removes that user's least recently used
+copy that nobody uses), none made while the volumes' file system has less
+than ``floor_bytes`` free, and none kept for an archived session (the
+executor and the cleanup agent remove those).
 """
 
 from __future__ import annotations
 
-import fcntl
+import logging
 import re
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Protocol
 
 import docker
 import docker.errors
@@ -40,8 +47,10 @@ from .blank_images import Spare, make_blank, run_tool
 from .engine import engine_errors
 from .errors import InvalidSessionId, VolumeError
 from .hardening import SANDBOX_USER
+from .host_copies import HostCopies, check_floor, over_bound
 from .ownership import hand_over
 
+log = logging.getLogger(__name__)
 VOLUME_PREFIX = "pg-shell-home-"
 SESSION_LABEL = "pg-shell.session-id"
 # Docker volume names allow [a-zA-Z0-9][a-zA-Z0-9_.-]; the id also becomes a
@@ -79,20 +88,32 @@ class PlainVolumes:
     # user's, on rootful and rootless engines alike.
     seed_from_image = True
 
-    def __init__(self, client: docker.DockerClient, state_dir: str = DEFAULT_STATE_DIR) -> None:
+    def __init__(self, client: docker.DockerClient, state_dir: str = DEFAULT_STATE_DIR,
+                 per_user: int = 0) -> None:
         self._client = client
         self.state_dir = Path(state_dir)
+        self._per_user = per_user
+        self._copies = HostCopies(self.state_dir, volume_name)
+
+    def hold(self, session_id: str, owner: str | None) -> AbstractContextManager[None]:
+        """The copy is in use while the block runs (host_copies.py)."""
+        return self._copies.hold(session_id, owner)
 
     def volume_for(self, session_id: str, image: str) -> str:
         """Create on first use; ``image`` hands an older executor's volume
         to the sandbox user. Returns the volume name."""
         name = volume_name(session_id)
-        with engine_errors(f"cannot create volume {name}", refused=VolumeError):
-            try:
-                self._client.volumes.get(name)
-            except docker.errors.NotFound:
-                self._client.volumes.create(name, driver="local",
-                                            labels={SESSION_LABEL: session_id})
+        with self._copies.locked():
+            with engine_errors(f"cannot look up volume {name}", refused=VolumeError):
+                try:
+                    exists = bool(self._client.volumes.get(name))
+                except docker.errors.NotFound:
+                    exists = False
+            if not exists:
+                _make_room(self, self._copies, session_id, self._per_user)
+                with engine_errors(f"cannot create volume {name}", refused=VolumeError):
+                    self._client.volumes.create(name, driver="local",
+                                                labels={SESSION_LABEL: session_id})
                 _mark_owned(self.state_dir, session_id)
         _ensure_owned(self._client, self.state_dir, session_id, image)
         return name
@@ -112,10 +133,17 @@ class PlainVolumes:
         """Nothing host-wide to give back for a plain volume."""
 
     def remove(self, session_id: str) -> None:
-        """Delete this host's copy of the session's files for good."""
-        index_path(self.state_dir, session_id).unlink(missing_ok=True)
+        """Delete this host's copy of the session's files for good
+        (VolumeError while it is in use)."""
+        with self._copies.locked():
+            _remove_unused(self, self._copies, session_id)
+
+    def remove_locked(self, session_id: str) -> None:
+        """``remove`` once the copy is known unused, under the host-wide lock."""
         _remove_volume(self._client, volume_name(session_id))
+        index_path(self.state_dir, session_id).unlink(missing_ok=True)
         owner_path(self.state_dir, session_id).unlink(missing_ok=True)
+        self._copies.forget(session_id)
 
 
 class LoopVolumes:
@@ -128,12 +156,18 @@ class LoopVolumes:
         client: docker.DockerClient,
         size_bytes: int,
         state_dir: str = DEFAULT_STATE_DIR,
+        per_user: int = 0,
+        floor_bytes: int = 0,
     ) -> None:
         self._client = client
         self._size = size_bytes
         self.state_dir = Path(state_dir)
-        self._lock = threading.Lock()
-        self._spare = Spare(self.state_dir, size_bytes, self._locked)
+        self._per_user = per_user
+        self._floor = floor_bytes
+        self._copies = HostCopies(self.state_dir, volume_name)
+        self._locked = self._copies.locked
+        self._spare = Spare(self.state_dir, size_bytes, self._locked,
+                            lambda: check_floor(self.state_dir, floor_bytes))
         # Called with the session id of each image made here, under the
         # host-wide lock, before any container can mount it: a new image is
         # an empty home, and the workspace records that it holds the empty
@@ -142,6 +176,10 @@ class LoopVolumes:
 
     def image_path(self, session_id: str) -> Path:
         return self.state_dir / f"{volume_name(session_id)}.ext4"
+
+    def hold(self, session_id: str, owner: str | None) -> AbstractContextManager[None]:
+        """The copy is in use while the block runs (host_copies.py)."""
+        return self._copies.hold(session_id, owner)
 
     def volume_for(self, session_id: str, image: str) -> str:
         """Create on first use; re-attach after a reboot; ``image`` hands an
@@ -163,20 +201,32 @@ class LoopVolumes:
         """Give back the loop device of an idle session (data stays in the image).
 
         Loop devices are a host-wide resource; attach on demand, detach when
-        idle. Fails with VolumeError if a container still uses the volume.
+        idle. Fails with VolumeError if the copy is in use.
         """
-        with self._locked():
-            _remove_volume(self._client, volume_name(session_id))
-            loop = self._loop_of(self.image_path(session_id))
-            if loop:
-                run_tool("losetup", "--detach", loop)
+        with self._locked(), self._copies.unused(session_id) as unused:
+            if not unused:
+                raise VolumeError(f"the files of session {session_id} are in use")
+            self._release_locked(session_id)
+
+    def _release_locked(self, session_id: str) -> None:
+        _remove_volume(self._client, volume_name(session_id))
+        loop = self._loop_of(self.image_path(session_id))
+        if loop:
+            run_tool("losetup", "--detach", loop)
 
     def remove(self, session_id: str) -> None:
-        """Delete this host's copy of the session's files for good."""
+        """Delete this host's copy of the session's files for good
+        (VolumeError while it is in use)."""
+        with self._locked():
+            _remove_unused(self, self._copies, session_id)
+
+    def remove_locked(self, session_id: str) -> None:
+        """``remove`` once the copy is known unused, under the host-wide lock."""
+        self._release_locked(session_id)  # VolumeError while a container uses it
         index_path(self.state_dir, session_id).unlink(missing_ok=True)
-        self.release(session_id)
         self.image_path(session_id).unlink(missing_ok=True)
         owner_path(self.state_dir, session_id).unlink(missing_ok=True)
+        self._copies.forget(session_id)
 
     def sessions(self) -> list[str]:
         """Sessions with an image in this executor's state directory."""
@@ -194,21 +244,13 @@ class LoopVolumes:
 
     # -- helpers -----------------------------------------------------------
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        # The thread lock orders this executor's workers; the file lock
-        # orders several executor processes on one host (losetup --find
-        # and the volume check are not atomic).
-        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with self._lock, open(self.state_dir / ".lock", "w") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
-            yield
-
     def _ensure_image(self, session_id: str) -> tuple[Path, bool]:
         """The session's image, and whether it was made just now."""
         image = self.image_path(session_id)
         if image.exists():
             return image, False
+        check_floor(self.state_dir, self._floor)
+        _make_room(self, self._copies, session_id, self._per_user)
         if not self._spare.take(image):
             make_blank(image, self._size)
         _mark_owned(self.state_dir, session_id)
@@ -238,9 +280,52 @@ class LoopVolumes:
             self._client.volumes.create(
                 name,
                 driver="local",
-                driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev"},
+                # discard: a file deleted in the home gives its blocks back
+                # to the host (the image is sparse, blank_images.py).
+                driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev,discard"},
                 labels={SESSION_LABEL: session_id},
             )
+
+
+class _Copies(Protocol):
+    def sessions(self) -> list[str]: ...
+
+    def remove_locked(self, session_id: str) -> None: ...
+
+
+def _remove_unused(volumes: _Copies, copies: HostCopies, session_id: str) -> None:
+    with copies.unused(session_id) as unused:
+        if not unused:
+            raise VolumeError(f"the files of session {session_id} are in use")
+        volumes.remove_locked(session_id)
+
+
+def _make_room(volumes: _Copies, copies: HostCopies, session_id: str, per_user: int) -> None:
+    """Under the host-wide lock, before a copy of ``session_id`` is made:
+    removes its owner's least recently used copies that nobody uses until
+    the new one is within ``per_user`` (0: no bound); VolumeError if they
+    are all in use. Safe: a counted copy's files are in the database."""
+    owner = copies.owner_of(session_id)
+    if not per_user or owner is None:
+        return
+    others = copies.least_recent_first(owner, [s for s in volumes.sessions() if s != session_id])
+    excess = len(others) + 1 - per_user
+    for other in others:
+        if excess <= 0:
+            return
+        with copies.unused(other) as unused:
+            if not unused:
+                continue
+            try:
+                volumes.remove_locked(other)
+            except VolumeError as exc:  # a container holds it: try the next
+                log.info("session_id=%s: copy not evicted: %s", other, exc)
+                continue
+        log.info("session_id=%s: copy evicted for session_id=%s of the same user "
+                 "(at most %d a user on this host)", other, session_id, per_user)
+        excess -= 1
+    if excess > 0:
+        raise over_bound(len(others), per_user)
 
 
 def _mark_owned(state_dir: Path, session_id: str) -> None:

@@ -91,6 +91,16 @@ class CommandLife:
 
     def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
         cmd = run.claimed
+        # The session's copy here is in use from before its files are
+        # brought here until the command completed: never evicted in between
+        # (sandbox/host_copies.py). Its owner is named when its files are in
+        # the database, which is what makes evicting it safe.
+        with self._sandbox.volumes.hold(cmd.session_id,
+                                        cmd.user_id if cmd.root is not None else None):
+            self._execute(db, store, run)
+
+    def _execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
+        cmd = run.claimed
         if run.cancel.is_set():
             if run.kill_reason != SHUTDOWN:  # on shutdown it goes back to its queue
                 self._complete_unstarted(db, run, run.kill_reason or "cancelled")
@@ -198,7 +208,8 @@ class CommandLife:
             host=self._host_id if files.captured is not None else None))
         self._files.committed(cmd.session_id, files)
         if result.reason is None:  # the session is in use: its next command starts warm
-            self._warm.prepare(cmd.session_id, self._images.current)
+            self._warm.prepare(cmd.session_id, self._images.current, cmd.user_id,
+                               files.root_after is not None)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)
         self._remove(result.container_id)

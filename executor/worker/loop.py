@@ -23,6 +23,7 @@ from executor.workspace.capture import CaptureLimits
 from executor.workspace.host import HostFiles
 
 from .command import CommandLife
+from .copies import ArchivedCopies
 from .outcome import LEASE_LOST, SHUTDOWN, Run
 from .promotion import ImagePromotion
 from .warm import WarmPool
@@ -63,6 +64,8 @@ class Worker:
         self._images: ImagePromotion | None = None
         self._warm: WarmPool
         self._adopting: ExecutorDatabase | None = None
+        self._archiving: ExecutorDatabase | None = None
+        self._copies: ArchivedCopies
         self._life: CommandLife
 
     def running(self) -> int:
@@ -93,7 +96,8 @@ class Worker:
                 "or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
         self._warm = WarmPool(self._sandbox, self.worker_id, self.settings.effective_warm_max(),
-                              self.settings.warm_idle_s)
+                              self.settings.warm_idle_s, self.settings.warm_per_user)
+        self._copies = ArchivedCopies(self._sandbox, self._warm)
         self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
                                  self._files, images, self._warm, self._stop, self._remove_later)
         db = self._database("start-up")
@@ -110,6 +114,7 @@ class Worker:
         self._reap(db)
         for container_id in self._warm.reap(db.ended_containers):
             log.info("removed leftover warm container_id=%s", container_id[:12])
+        self._copies.sweep(db)  # sessions archived while this host's executors were down
         self._idle_dbs.put(db)
         self._listener.start()
 
@@ -169,6 +174,8 @@ class Worker:
                 self._cancel(int(payload), "cancelled")
             elif channel == "shell_sessions" and self._images is not None:
                 self._warm.adopt(payload, self._images.current, self._adopt)
+            elif channel == "shell_archived":
+                self._remover.submit(self._drop_archived, payload)
             elif channel == "shell_commands" and self.settings.affinity_grace_ms:
                 # A command another host may be preferred for: if that host
                 # does not take it, take it once its grace has passed.
@@ -178,11 +185,24 @@ class Worker:
         except BlockingIOError:
             pass
 
-    def _adopt(self, session_id: str) -> bool:
-        """Called from the warm pool's one thread only, on its own connection."""
+    def _adopt(self, session_id: str) -> str | None:
+        """Called from the warm pool's one thread only, on its own connection:
+        the session's user if this host adopted it."""
         if self._adopting is None:
             self._adopting = self._database("warm", persistent=False)
-        return self._adopting.adopt_session(session_id, self.settings.host_id)
+        if not self._adopting.adopt_session(session_id, self.settings.host_id):
+            return None
+        found = self._adopting.host_sessions([session_id])
+        return found[0].user_id if found else None
+
+    def _drop_archived(self, session_id: str) -> None:
+        """On the remover's one thread, on its own connection."""
+        try:
+            if self._archiving is None:
+                self._archiving = self._database("copies", persistent=False)
+            self._copies.drop(self._archiving, [session_id])
+        except (PgShellError, SandboxError) as exc:
+            log.warning("session_id=%s archived, copy not removed yet: %s", session_id[:64], exc)
 
     def _cancel(self, command_id: int, reason: str) -> None:
         with self._runs_lock:
@@ -247,6 +267,7 @@ class Worker:
                     self._reap(db)
                     for container_id in self._warm.reap(db.ended_containers):
                         log.info("removed leftover warm container_id=%s", container_id[:12])
+                    self._copies.sweep(db)
                     last_reap = now
             except PgShellError as exc:
                 # An outage (database or engine) must not end this thread:

@@ -3,7 +3,12 @@ its next container is created and started ahead of time, so the next
 command is handed over stdin instead of waiting for a container start. A
 warm container runs one command at most and is never reused; the pool is
 bounded in number and idle time, and what it removes unused is counted as
-wasted, by reason."""
+wasted, by reason.
+
+The pool is shared by every tenant, so one user's sessions hold at most
+``per_user`` of its places: a tenant running commands in many sessions
+(each completion asks for a warm start) cannot keep the pool full and
+leave everybody else's next command cold."""
 
 from __future__ import annotations
 
@@ -25,11 +30,17 @@ TAKE_WAIT_S = 10.0
 
 
 class WarmPool:
-    def __init__(self, sandbox: Sandbox, worker_id: str, max_count: int, idle_s: float) -> None:
+    def __init__(self, sandbox: Sandbox, worker_id: str, max_count: int, idle_s: float,
+                 per_user: int | None = None) -> None:
         self._sandbox = sandbox
         self._worker_id = worker_id
         self._max = max_count
+        self._per_user = max_count if per_user is None else per_user
         self._idle_s = idle_s
+        # The user of each session queued, starting or held (None: not known
+        # yet, an adoption before its claim), and whether its files are in
+        # the database (only then may its host copy be evicted).
+        self._users: dict[str, tuple[str | None, bool]] = {}
         self._held: dict[str, Started] = {}  # by session id
         self._queued: set[str] = set()  # reserved, waiting for the starter
         # Being started now; the event is set once the start has ended (its
@@ -47,55 +58,87 @@ class WarmPool:
         with self._lock:
             return len(self._held)
 
-    def prepare(self, session_id: str, image: str) -> None:
+    def prepare(self, session_id: str, image: str, user_id: str | None = None,
+                stored: bool = False) -> None:
         """Starts the session's next container in the background, unless
-        one is held or starting, or the pool is full."""
-        if self._reserve(session_id):
+        one is held or starting, or the pool (or the user's part) is full.
+        ``stored``: the session's files are in the database."""
+        if self._reserve(session_id, user_id, stored):
             self._starter.submit(self._start, session_id, image)
 
-    def adopt(self, session_id: str, image: str, claim: Callable[[str], bool]) -> None:
+    def adopt(self, session_id: str, image: str, claim: Callable[[str], str | None]) -> None:
         """A new session, or one a client opened: if this executor is the
-        host claiming prefers for it, or becomes it (``claim``), the
-        session's next container starts now, before its command exists."""
-        if self._reserve(session_id):
+        host claiming prefers for it, or becomes it (``claim``, which names
+        the session's user then), the session's next container starts now,
+        before its command exists."""
+        if self._reserve(session_id, None, True):
             self._starter.submit(self._start, session_id, image, claim)
         elif self._has(session_id):
             # Its container is here already: take the request all the same,
             # so that no other executor of this host starts a second one.
-            self._starter.submit(self._adopted, session_id, claim)
+            self._starter.submit(self._take_request, session_id, claim)
 
     def _has(self, session_id: str) -> bool:
         with self._lock:
             return (session_id in self._held or session_id in self._queued
                     or session_id in self._starting)
 
-    def _reserve(self, session_id: str) -> bool:
+    def _reserve(self, session_id: str, user_id: str | None, stored: bool) -> bool:
         with self._lock:
             busy = len(self._held) + len(self._queued) + len(self._starting)
             if (self._closed or session_id in self._held or session_id in self._queued
-                    or session_id in self._starting or busy >= self._max):
+                    or session_id in self._starting or busy >= self._max
+                    or not self._room_for(user_id)):
                 return False
             self._queued.add(session_id)
+            self._users[session_id] = (user_id, stored)
             return True
 
+    def _room_for(self, user_id: str | None) -> bool:
+        """Under the lock: whether the user's sessions hold fewer than their part."""
+        if user_id is None:
+            return True
+        mine = sum(1 for user, _ in self._users.values() if user == user_id)
+        return mine < self._per_user
+
     def _start(self, session_id: str, image: str,
-               claim: Callable[[str], bool] | None = None) -> None:
+               claim: Callable[[str], str | None] | None = None) -> None:
         if not self._begin(session_id):
             return
         started = None
         try:
-            if claim is None or self._adopted(session_id, claim):
-                started = self._warm(session_id, image)
+            if claim is not None and not self._adopted(session_id, claim):
+                return
+            user_id, stored = self._users.get(session_id, (None, False))
+            started = self._warm(session_id, image, user_id if stored else None)
         finally:
             self._end(session_id, started)
 
     @staticmethod
-    def _adopted(session_id: str, claim: Callable[[str], bool]) -> bool:
+    def _take_request(session_id: str, claim: Callable[[str], str | None]) -> None:
         try:
-            return claim(session_id)
+            claim(session_id)
+        except PgShellError as exc:
+            log.warning("could not adopt session_id=%s: %s", session_id, exc)
+
+    def _adopted(self, session_id: str, claim: Callable[[str], str | None]) -> bool:
+        """Adopts the session; False if another host has it, or if its user
+        already holds their part of the pool (the adoption stands: the
+        session's next command starts its own container here)."""
+        try:
+            user_id = claim(session_id)
         except PgShellError as exc:
             log.warning("could not adopt session_id=%s: %s", session_id, exc)
             return False
+        if user_id is None:
+            return False
+        with self._lock:
+            if not self._room_for(user_id):
+                log.info("no warm container for session_id=%s: its user holds %d",
+                         session_id, self._per_user)
+                return False
+            self._users[session_id] = (user_id, True)
+        return True
 
     def _begin(self, session_id: str) -> bool:
         """A queued start begins, unless a command took its place meanwhile."""
@@ -104,13 +147,17 @@ class WarmPool:
                 return False
             self._queued.discard(session_id)
             if self._closed:
+                self._users.pop(session_id, None)
                 return False
             self._starting[session_id] = threading.Event()
             return True
 
-    def _warm(self, session_id: str, image: str) -> Started | None:
+    def _warm(self, session_id: str, image: str, owner: str | None) -> Started | None:
         try:
-            return self._sandbox.warm(session_id, self._worker_id, image)
+            # The copy is in use from before its volume is made until the
+            # container holds it: never evicted in between (host_copies.py).
+            with self._sandbox.volumes.hold(session_id, owner):
+                return self._sandbox.warm(session_id, self._worker_id, image)
         except SandboxError as exc:
             log.warning("no warm container for session_id=%s: %s", session_id, exc)
         except Exception:
@@ -124,6 +171,8 @@ class WarmPool:
             keep = not self._closed and session_id not in self._held
             if started is not None and keep:
                 self._held[session_id] = started
+            elif session_id not in self._held:
+                self._users.pop(session_id, None)
         done.set()  # after it is held: a command waiting for it takes it now
         if started is not None and not keep:
             self._waste(started, "shutdown")
@@ -135,7 +184,9 @@ class WarmPool:
         the pool (used once). One still queued is not started."""
         with self._lock:
             started = self._hand_out(session_id)
-            self._queued.discard(session_id)
+            if session_id in self._queued:
+                self._queued.discard(session_id)
+                self._users.pop(session_id, None)
             starting = self._starting.get(session_id)
         if started is None and starting is not None:
             starting.wait(TAKE_WAIT_S)
@@ -161,6 +212,7 @@ class WarmPool:
         started = self._held.pop(session_id, None)
         if started is not None:
             self._in_use.add(started.container_id)
+            self._users.pop(session_id, None)
         return started
 
     def finished(self, started: Started) -> None:
@@ -173,6 +225,10 @@ class WarmPool:
         """Removes the containers that waited longer than the idle time."""
         cutoff = time.monotonic() - self._idle_s
         self._drop(lambda started: started.at < cutoff, "idle")
+
+    def drop_session(self, session_id: str) -> None:
+        """The session runs nothing more (archived): its container goes."""
+        self._drop(lambda started: started.session_id == session_id, "archived")
 
     def keep_only(self, image: str) -> None:
         """After a promotion: containers of another image will not be used."""
@@ -200,6 +256,7 @@ class WarmPool:
             dropped = [s for s in self._held.values() if which(s)]
             for started in dropped:
                 del self._held[started.session_id]
+                self._users.pop(started.session_id, None)
         for started in dropped:
             self._waste(started, reason)
 
