@@ -7,6 +7,8 @@ the real daemon, a tenant's commands and the tenant's own listing calls."""
 from __future__ import annotations
 
 import hashlib
+import io
+import secrets
 
 import pytest
 
@@ -34,19 +36,20 @@ def daemon(make_daemon):
     return make_daemon(PG_SHELL_CAPTURE_MAX_ENTRIES="400", PG_SHELL_CAPTURE_MAX_MB="2").start()
 
 
-def test_paths_of_control_characters_are_captured_whole(daemon, shell):
+def test_paths_of_control_characters_are_captured_whole(make_daemon, shell):
     # JSON escapes each control character in six bytes: 2,000 entries of
     # ~1,000 such characters made one manifest frame of ~12 MB, over the
     # protocol's 8 MiB, and the files were not saved.
+    make_daemon().start()
     made = shell.run(python(
         "import os\n"
         "d = os.path.join(*['\\x01' * 250] * 3)\n"
         "os.makedirs(d)\n"
-        "for i in range(350):\n"
+        "for i in range(2000):\n"
         "    open(os.path.join(d, '\\x02' * 240 + '%05d' % i), 'w').close()\n"))
     assert made["status"] == "done" and "not saved" not in made["output"], made["output"]
     paths = listed(shell)
-    assert len(paths) == 3 + 350
+    assert len(paths) == 3 + 2000
     assert all(set(p.replace("/", "")) <= set("\x01\x02" + "0123456789") for p in paths)
 
 
@@ -137,3 +140,36 @@ def test_a_capture_sends_bytes_another_tenant_already_stores(daemon, make_shell,
     offered = {r["sha256"] for r in call(stored_chunks, "SELECT sha256 FROM public.offered")}
     assert offered == {hashlib.sha256(secret).hexdigest(),
                        hashlib.sha256(b"nobody has this\n").hexdigest()}
+
+
+# A sandbox whose supervisor answers a restore with a frame the protocol
+# does not know (as the 2,000-entry batches of control-character paths did).
+BROKEN_RESTORE = """\
+USER root
+RUN mv /opt/pg-shell/supervisor /opt/pg-shell/supervisor.real \\
+ && printf '#!/bin/sh\\nif [ "$1" = restore ]; then printf "Z\\\\000\\\\000\\\\000\\\\000"; exit 1; fi\\nexec /opt/pg-shell/supervisor.real "$@"\\n' > /opt/pg-shell/supervisor \\
+ && chmod 0555 /opt/pg-shell/supervisor
+USER sandbox
+"""
+
+
+@pytest.fixture
+def broken_restore_image(docker_client, sandbox_image):
+    tag = f"pgtest-broken-restore-{secrets.token_hex(4)}:latest"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {sandbox_image}\n{BROKEN_RESTORE}".encode()), tag=tag,
+        rm=True, pull=False)
+    yield str(image.id)
+    docker_client.images.remove(tag, force=True)
+
+
+def test_a_restore_that_breaks_the_protocol_fails_its_command_once(make_daemon, shell,
+                                                                   broken_restore_image):
+    make_daemon(PG_SHELL_IMAGE=broken_restore_image).start()
+    assert shell.run("echo a > a")["status"] == "done"  # a new copy: nothing to restore
+    one(shell.conn, "SELECT shell_api.upload_file(%s, 'b', 'b')", (shell.session_id,))
+    row = shell.run("cat a b")  # this host's copy is behind: it is restored first
+    assert row["status"] == "failed", row
+    assert "could not be restored" in row["reason"] and "broke the protocol" in row["reason"], (
+        row["reason"])
+    assert row["attempts"] == 1  # not handed back to be tried again
