@@ -13,15 +13,15 @@ Requests that do not depend on each other's answers may be pipelined (sent
 at once, answered in order): `run` reads the session's change cursor and
 submits its command in one round trip.
 
-A request is sent again once, on a new connection, only when a connection
-that had already served an answer turns out to be closed before any byte of
-the next answer arrived: the server dropped it while idle and never read
-the request. Nothing else is retried (a submitted command must not be
-submitted twice)."""
+A kept-alive connection that the server closed while it was idle is found
+before a request is written on it (it reads as ready: end of file), and a
+new one is opened instead. A request is never sent twice: a submitted
+command must not be submitted twice."""
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 from urllib.parse import urlsplit
 
@@ -76,7 +76,6 @@ class Connection:
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._file: BinaryIO | None = None
-        self._served = 0  # answers read on the current socket
 
     def close(self) -> None:
         if self._file is not None:
@@ -84,7 +83,6 @@ class Connection:
         if self._sock is not None:
             self._sock.close()
         self._sock = self._file = None
-        self._served = 0
 
     def request(self, method: str, path: str, body: bytes = b"",
                 headers: dict[str, str] | None = None, timeout: float | None = None) -> Response:
@@ -98,15 +96,7 @@ class Connection:
         their answers, in order: one round trip for requests that do not
         depend on each other's answers (HTTP/1.1 pipelining)."""
         message = b"".join(self._message(*request) for request in requests)
-        reused = self._sock is not None and self._served > 0
-        try:
-            return self._exchange(message, len(requests), timeout)
-        except _ClosedBeforeAnswer as exc:
-            self.close()
-            if not reused:
-                raise TransportError("the server closed the connection without answering") \
-                    from exc
-            return self._exchange(message, len(requests), timeout)  # it had dropped an idle one
+        return self._exchange(message, len(requests), timeout)
 
     def _message(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}",
@@ -119,22 +109,16 @@ class Connection:
         try:
             sock, file = self._connected()
             sock.settimeout(self.timeout if timeout is None else timeout)
-            try:
-                sock.sendall(message)
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise _ClosedBeforeAnswer() from exc
+            sock.sendall(message)
             while len(responses) < answers:
                 if responses and responses[-1].headers.get("connection", "").lower() == "close":
                     raise ValueError("the server closed the connection after "
                                      f"{len(responses)} of {answers} answers")
                 responses.append(_read_response(file))
-                self._served += 1
         except _ClosedBeforeAnswer:
-            if responses:
-                self.close()
-                raise TransportError("the server closed the connection after "
-                                     f"{len(responses)} of {answers} answers") from None
-            raise
+            self.close()
+            raise TransportError("the server closed the connection after "
+                                 f"{len(responses)} of {answers} answers") from None
         except TimeoutError as exc:
             self.close()
             raise TransportError("timed out waiting for the server") from exc
@@ -151,6 +135,8 @@ class Connection:
         return responses
 
     def _connected(self) -> tuple[socket.socket, BinaryIO]:
+        if self._sock is not None and select.select([self._sock], [], [], 0)[0]:
+            self.close()  # an idle connection with something to read: the server closed it
         if self._sock is None or self._file is None:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
             # Requests are small and written whole: never hold one back (Nagle).

@@ -2,8 +2,9 @@
 server on a loopback socket: requests share one kept-alive connection,
 pipelined requests are answered in order in one round trip, chunked and
 length-delimited bodies are read whole, an idle connection the server
-dropped is replaced once (and nothing else is ever sent twice), and a
-request interrupted half-way leaves no answer behind for the next one."""
+closed is replaced before a request is written on it (and no request is
+ever sent twice), and a request interrupted half-way leaves no answer
+behind for the next one."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Server:
         self.connections = 0
         self.requests: list[bytes] = []
         self.read_ahead = 0  # bytes of later requests already read when one is answered
+        self.hung_up = threading.Event()  # it closed a connection
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -42,24 +44,30 @@ class Server:
             threading.Thread(target=self._talk, args=(client,), daemon=True).start()
 
     def _talk(self, client: socket.socket) -> None:
+        try:
+            self._answer(client)
+        finally:
+            client.close()
+            self.hung_up.set()
+
+    def _answer(self, client: socket.socket) -> None:
         buffer = b""
-        with client:
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    data = client.recv(65536)
-                    if not data:
-                        return
-                    buffer += data
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                while len(buffer) < length:
-                    buffer += client.recv(65536)
-                request, buffer = head + b"\r\n\r\n" + buffer[:length], buffer[length:]
-                self.requests.append(request)
-                self.read_ahead = len(buffer)
-                if not self.handler(client, request):
+        while True:
+            while b"\r\n\r\n" not in buffer:
+                data = client.recv(65536)
+                if not data:
                     return
+                buffer += data
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(buffer) < length:
+                buffer += client.recv(65536)
+            request, buffer = head + b"\r\n\r\n" + buffer[:length], buffer[length:]
+            self.requests.append(request)
+            self.read_ahead = len(buffer)
+            if not self.handler(client, request):
+                return
 
     def close(self) -> None:
         self.listener.close()
@@ -140,7 +148,7 @@ def test_chunked_and_length_delimited_bodies_are_read_whole(
     conn.close()
 
 
-def test_an_idle_connection_the_server_dropped_is_replaced_once(
+def test_an_idle_connection_the_server_closed_is_replaced_before_a_request(
         serve: Callable[[Handler], Server]) -> None:
     def handler(client: socket.socket, request: bytes) -> bool:
         client.sendall(answer(b"ok"))
@@ -149,17 +157,18 @@ def test_an_idle_connection_the_server_dropped_is_replaced_once(
     server = serve(handler)
     conn = Connection(server.url)
     assert conn.request("POST", "/first").content == b"ok"
-    assert conn.request("POST", "/second").content == b"ok"  # sent again on a new connection
+    assert server.hung_up.wait(10)
+    assert conn.request("POST", "/second").content == b"ok"  # on a new connection
     assert [r.split(b" ")[1] for r in server.requests] == [b"/first", b"/second"]
     assert server.connections == 2
     conn.close()
 
 
-def test_a_new_connection_closed_without_an_answer_is_never_sent_again(
+def test_a_request_the_server_closed_on_is_never_sent_again(
         serve: Callable[[Handler], Server]) -> None:
     server = serve(lambda client, request: False)  # reads the request, answers nothing
     conn = Connection(server.url)
-    with pytest.raises(TransportError, match="closed the connection without answering"):
+    with pytest.raises(TransportError, match="closed the connection after 0 of 1 answers"):
         conn.request("POST", "/rpc/submit_command", b"{}")
     assert len(server.requests) == 1
 
