@@ -1,14 +1,20 @@
 """The gateway under an anonymous attacker: how much its peak resident
 memory grows while it refuses a 64 MiB POST (announced by Content-Length, and sent
 chunked), and how long a half-sent request, and a body trickled a byte a
-second, hold a connection.
+second, hold a connection. Then under tenants' files (bench.file_load): its
+peak resident memory while 4 and 16 uploads of 64 MiB, and 4 and 16
+downloads of 32 MiB, run at once (the target is at most 200 MB), and the
+database's growth per repeated 1 MiB upload to one path.
 
 `--code DIR` runs the gateway from another source tree, to compare with an
-earlier version: `git archive REV | tar -x -C DIR`. Needs DATABASE_URL (a
-superuser; the gateway connects as shell_authenticator without a password).
-Prints one JSON object per line on stdout; progress goes to stderr.
+earlier version: `git archive REV | tar -x -C DIR` (or `git worktree add`).
+`--old DIR` runs both in the same run, this tree first; the old one's file
+rounds run only `--old-parallel` calls at once (default 4: sixteen 64 MiB
+uploads held whole would take several GB). Needs DATABASE_URL (a superuser;
+the gateway connects as shell_authenticator without a password). Prints one
+JSON object per line on stdout; progress goes to stderr.
 
-    .venv/bin/python -m bench.gateway_abuse
+    .venv/bin/python -m bench.gateway_abuse --old /tmp/old
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import file_load
 from bench.common import REPO, Report, add_dsn_option, migrated_database, require_dsn
 from tests.fixtures_stack import authenticator_dsn, free_port
 from tests.gateway.raw_http import (
@@ -86,14 +93,26 @@ def main() -> None:
     add_dsn_option(parser)
     parser.add_argument("--code", type=Path, default=REPO,
                         help="the source tree whose gateway runs (default: this one)")
+    parser.add_argument("--old", type=Path, default=None,
+                        help="an earlier source tree whose gateway runs after it, in the same run")
+    parser.add_argument("--old-parallel", type=int, default=4,
+                        help="calls at once in the old gateway's file rounds")
+    parser.add_argument("--parallel", type=int, nargs="+", default=[4, 16],
+                        help="calls at once in the file rounds")
     args = parser.parse_args()
     admin_dsn = require_dsn(parser, args)
     report = Report("gateway_abuse")
-    code = str(args.code.resolve())
+    run(report, admin_dsn, args.code, args.parallel)
+    if args.old is not None:
+        run(report, admin_dsn, args.old, [args.old_parallel])
+
+
+def run(report: Report, admin_dsn: str, tree: Path, parallel: list[int]) -> None:
+    code = str(tree.resolve())
     with migrated_database(admin_dsn, "bench_abuse", report.log) as dsn, \
             tempfile.TemporaryDirectory() as scratch:
         port = free_port()
-        proc = start_gateway(args.code, dsn, port, Path(scratch) / "gateway.log")
+        proc = start_gateway(tree, dsn, port, Path(scratch) / "gateway.log")
         try:
             for chunked in (False, True):
                 how = "chunked" if chunked else "content_length"
@@ -108,6 +127,7 @@ def main() -> None:
             emit_drop(report, "trickled_body_dropped_after", time_to_drop_trickled_body(port),
                       code)
             report.emit_figure("rss_after", rss_bytes(proc.pid) / MiB, "MiB", code=code)
+            file_load.run(report, proc.pid, f"http://127.0.0.1:{port}", dsn, code, parallel)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)

@@ -95,6 +95,14 @@ class Settings(BaseSettings):
                     "429 with Retry-After (keep it below `PG_SHELL_MAX_CONNECTIONS`)")
     long_polls_per_user: int = Field(
         default=16, ge=1, description="long-polls one user may hold at once (429 beyond)")
+    requests_per_user: int = Field(
+        default=32, ge=1,
+        description="requests one signed-in user may have in progress at `pg-shell serve` at "
+                    "once, long-polls and streamed files included (429 with Retry-After beyond)")
+    db_slots_per_user: int = Field(
+        default=4, ge=1,
+        description="database connections one signed-in user's requests hold at once (of the "
+                    "gateway's 16); her further calls wait for one of hers, not for the pool")
     response_budget_bytes: int = Field(
         default=4 * MiB, ge=64 * 1024,
         description="largest page of rows `pg-shell serve` sends: a longer one stops at a row "

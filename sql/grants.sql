@@ -152,7 +152,9 @@ GRANT SELECT ON shell.users TO shell_admin;
 -- The gateway verifies tokens with the database's secret.
 GRANT USAGE ON SCHEMA shell TO shell_authenticator;
 GRANT EXECUTE ON FUNCTION shell.jwt_secret() TO shell_authenticator, shell_admin;
--- PostgREST's db-pre-request (0023_streamed_files): runs as the request's role.
+-- PostgREST's db-pre-request (0023_streamed_files): runs as the request's role, anonymous
+-- ones too (the schema's other functions stay out of their reach: EXECUTE is granted by name).
+GRANT USAGE ON SCHEMA shell TO shell_anon;
 GRANT EXECUTE ON FUNCTION shell.request_slot() TO shell_anon, shell_user;
 -- … and exports the queue depth on /metrics.
 GRANT EXECUTE ON FUNCTION shell.queue_depth() TO shell_authenticator;

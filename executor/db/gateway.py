@@ -142,13 +142,13 @@ class GatewayDatabase:
     def read_rows(self, query: row_query.RowQuery, role: str, claims: dict[str, Any] | None,
                   check: Callable[[row_query.RowPage], None],
                   encode: Callable[[Any], bytes] | None = None,
-                  budget: int | None = None) -> row_query.RowPage:
+                  budget: int | None = None, max_rows: int | None = None) -> row_query.RowPage:
         """One page of a set-returning function's rows, read as ``role``
-        (encoded, within ``budget`` bytes: row_query.read_page); ``check`` may
+        (encoded, within ``budget`` bytes, at most ``max_rows``: row_query.read_page); ``check`` may
         refuse the page, and then the call is rolled back."""
         def read(cur: Any) -> row_query.RowPage:
             _become(cur, role, claims, self.role_settings.get(role, []))
-            page = row_query.read_page(cur, query, encode, budget)
+            page = row_query.read_page(cur, query, encode, budget, max_rows)
             check(page)
             return page
         return self._run(read)

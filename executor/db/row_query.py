@@ -11,6 +11,7 @@ request-chosen aliases never reach SQL at all.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -170,6 +171,9 @@ class RowPage:
     rows: list[Any]
     total: int | None
     cut: bool = False
+    # The whole result's size when reading stopped at ``max_rows`` (counted by
+    # the database, not read): what a refusal of "more than one row" reports.
+    counted: int | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -179,18 +183,21 @@ FETCH_BATCH = 32
 
 
 def read_page(cur: Any, query: RowQuery, encode: Callable[[Any], bytes] | None = None,
-              budget: int | None = None) -> RowPage:
+              budget: int | None = None, max_rows: int | None = None) -> RowPage:
     """The page; with ``encode`` and ``budget``, each row is encoded as it
     arrives (a server-side cursor, a few rows at a time) and the page ends
     before the row that would take it past ``budget`` bytes (never before
-    its first row)."""
+    its first row). With ``max_rows``, reading stops at that many rows and
+    the database counts the rest (RowPage.counted): a singular object needs
+    to know only whether there is more than one."""
     statement, params = page_statement(query)
     rows: list[Any] = []
     size = 0
     cut = False
+    counted: int | None = None
     total: int | None = None
     with cur.connection.cursor(name="page", cursor_factory=type(cur)) as page:
-        page.itersize = FETCH_BATCH
+        page.itersize = FETCH_BATCH if max_rows is None else max_rows
         page.execute(statement, params)
         for r in page:
             if query.count == "exact" and total is None:
@@ -204,6 +211,14 @@ def read_page(cur: Any, query: RowQuery, encode: Callable[[Any], bytes] | None =
                     break
                 size += len(row)
             rows.append(row)
+            if max_rows is not None and len(rows) >= max_rows:
+                counted = -1  # known below
+                break
+    if counted is not None:
+        statement, params = count_statement(dataclasses.replace(query, count="exact"))
+        cur.execute(statement, params)
+        counted = max(0, int(cur.fetchone()["total"]) - query.offset)  # the page's rows,
+        counted = counted if query.limit is None else min(counted, query.limit)  # as if read
     if query.count == "planned" or (query.count == "exact" and total is None):
         # No row carries the size (an empty page), or only an estimate is wanted.
         statement, params = count_statement(query)
@@ -211,7 +226,7 @@ def read_page(cur: Any, query: RowQuery, encode: Callable[[Any], bytes] | None =
         answer = cur.fetchone()
         total = (int(answer["total"]) if query.count == "exact"
                  else int(answer["QUERY PLAN"][0]["Plan"]["Plan Rows"]))
-    return RowPage(rows, total, cut)
+    return RowPage(rows, total, cut, counted)
 
 
 def function_source(schema: str, function: str, args: dict[str, Any],

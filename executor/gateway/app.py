@@ -32,14 +32,17 @@ from executor.config import Settings
 from executor.db import row_query
 from executor.db.gateway import API_SCHEMA, GatewayDatabase, ResponseSettings, RpcFunction
 from executor.errors import ApiError, DatabaseError
-from executor.gateway import media, openapi, ranges, rows
+from executor.gateway import media, memory, openapi, ranges, rows
 from executor.gateway.auth import AuthError, Identity, identify
 from executor.gateway.body_limit import BodyLimit
+from executor.gateway.files import Files, PartsResponse, StagedUpload, user_of
 from executor.gateway.grammar import is_grammar
+from executor.gateway.json_stream import ByteaError, NulInText
 from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
 from executor.gateway.metrics_route import read_queue_depth
 from executor.gateway.status import http_status
 from executor.gateway.throttle import AddressThrottle, retry_after
+from executor.gateway.user_limits import UserLimits
 from executor.worker.metrics_server import serve_metrics
 
 log = logging.getLogger(__name__)
@@ -104,8 +107,12 @@ def api_error_response(exc: ApiError) -> Response:
 
 class Gateway:
     def __init__(self, db: GatewayDatabase, feed: ChangeFeed, logins: AddressThrottle,
-                 live: LongPolls | None = None, response_budget: int | None = None) -> None:
+                 live: LongPolls | None = None, response_budget: int | None = None,
+                 limits: UserLimits | None = None, max_argument_bytes: int = 2 * 1024 * 1024
+                 ) -> None:
         self.db = db
+        self.limits = limits or UserLimits(32, 4)
+        self.files = Files(db, self.limits, lambda: self.catalog, max_argument_bytes)
         self.feed = feed
         self.live = live or LongPolls(feed, 192, 16)
         self.response_budget = response_budget
@@ -123,19 +130,55 @@ class Gateway:
     def upload_allowed(self, scope: Scope) -> bool:
         """Whether a request may send an upload's body: upload_file with a
         valid token (checked before the body is read, so an anonymous client
-        gets the small limit)."""
-        if scope["path"] != "/rpc/upload_file":
+        gets the small limit). Only as JSON, which is read as it arrives (files.py)."""
+        headers = Headers(scope=scope)
+        content_type = headers.get("content-type", media.JSON).split(";")[0].strip()
+        if scope["path"] != "/rpc/upload_file" or content_type != media.JSON:
             return False
         try:
-            return identify(Headers(scope=scope).get("authorization"), self.secret).authenticated
+            return identify(headers.get("authorization"), self.secret).authenticated
         except AuthError:
             return False
 
     async def rpc(self, request: Request) -> Response:
-        response = await self._rpc(request)
+        user = self._user(request)
+        if user and not self.limits.enter(user):
+            response = error_response(429, "PT429", "too many requests of this user at once",
+                                      hint="Try again in 1 seconds.")
+            response.headers["Retry-After"] = "1"
+        else:
+            response = await self._counted(request, user)
         name = request.path_params["name"]
         # Only known names as labels: a caller cannot grow the metric without bound.
         metrics.gateway_request(name if name in self.catalog else "unknown", response.status_code)
+        return response
+
+    def _user(self, request: Request) -> str:
+        """The signed-in user a request counts against (user_limits), or ""."""
+        try:
+            return user_of(identify(request.headers.get("authorization"), self.secret))
+        except AuthError:
+            return ""
+
+    async def _counted(self, request: Request, user: str) -> Response:
+        """The answer to a request counted in for ``user``: counted out once it
+        has been sent (a streamed one at its end). A staged upload whose call
+        failed is discarded."""
+        def release() -> None:
+            if user:
+                self.limits.leave(user)
+        response: Response | None = None
+        try:
+            response = await self._rpc(request)
+        finally:
+            staged = getattr(request.state, "staged", None)
+            if staged is not None and (response is None or response.status_code >= 400):
+                identity = identify(request.headers.get("authorization"), self.secret)
+                self.files.discard(identity, {"p_content": staged})
+            if not isinstance(response, PartsResponse):
+                release()
+        if isinstance(response, PartsResponse):
+            response.after = release
         return response
 
     async def _rpc(self, request: Request) -> Response:
@@ -146,7 +189,11 @@ class Gateway:
         name = request.path_params["name"]
         fn = self.catalog.get(name)
         try:
-            args, grammar = await self._arguments(request, self.columns.get(name))
+            args, grammar = await self._arguments(request, self.columns.get(name), identity)
+        except NulInText as exc:
+            return error_response(400, "22P05", str(exc), "\\u0000 cannot be converted to text.")
+        except ByteaError as exc:  # as PostgreSQL refuses it
+            return error_response(400, exc.sqlstate, str(exc))
         except ValueError as exc:
             return error_response(400, "PGRST102", str(exc))
         if _has_nul([args, grammar]):
@@ -170,8 +217,11 @@ class Gateway:
         try:
             if name in self.columns:
                 return await self._rows(request, fn, args, grammar, identity)
+            if self.files.streams_download(name):
+                return await self.files.download(request, args, identity)
             result = await self._wait(request, identity, fn, args,
-                                      lambda a: lambda: self.db.call(fn, a, identity.role,
+                                      lambda a: lambda: self.db.call(*self.files.finishing(fn, a),
+                                                                     identity.role,
                                                                      identity.claims, asked))
         except TooManyWaiters as exc:
             refused = error_response(429, "PT429", str(exc),
@@ -215,16 +265,23 @@ class Gateway:
                                              plan.check, rows.encoder(plan, _dumps),
                                              # one object is all or nothing
                                              None if plan.representation == rows.OBJECT
-                                             else self.response_budget)
+                                             else self.response_budget, plan.max_rows)
         page = await self._wait(request, identity, fn, args, fetch_with)
         return rows.respond(row_plan, page)
 
-    async def _arguments(self, request: Request, columns: tuple[str, ...] | None
-                         ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    async def _arguments(self, request: Request, columns: tuple[str, ...] | None,
+                         identity: Identity) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         """The named arguments, and the query grammar for a function with result columns:
         on POST the whole query string, on GET the parameters that name no argument
-        and read as grammar (`select`, `col=op.value`, …), as PostgREST splits them."""
+        and read as grammar (`select`, `col=op.value`, …), as PostgREST splits them.
+        An upload's file is staged as the body arrives (files.py)."""
         query = request.query_params.multi_items()
+        if identity.authenticated and self.files.streams_upload(request,
+                                                                request.path_params["name"]):
+            args = await self.files.receive_upload(request, identity)
+            if isinstance(args.get("p_content"), StagedUpload):
+                request.state.staged = args["p_content"]
+            return args, []
         if request.method in READS:
             fn = self.catalog.get(request.path_params["name"])
             names = set(fn.arg_names) if fn else set()
@@ -257,9 +314,10 @@ class Gateway:
         `Prefer: wait=N`, the first non-empty one within N seconds (live.py)."""
         wait = _PREFER_WAIT.search(request.headers.get("prefer", ""))
         session_id = _canonical_uuid(args.get("p_session_id"))
+        user = user_of(identity)
         if fn.name not in LONG_POLL or not wait or not session_id:
-            return await run_in_threadpool(fetch_with(args))
-        user = str((identity.claims or {}).get("sub", ""))
+            async with self.limits.db_slot(user):
+                return await run_in_threadpool(fetch_with(args))
         key = (fn.name, identity.role, user, request.method,
                json.dumps(args, sort_keys=True, default=str),
                tuple(request.query_params.multi_items()),
@@ -318,11 +376,14 @@ def _client_address(request: Request) -> str:
 
 
 def create_app(settings: Settings, dsn: str) -> Starlette:
+    memory.return_freed_memory()  # before the threads that pass files through start
     feed = ChangeFeed(dsn)
     gateway = Gateway(GatewayDatabase(dsn), feed,
                       AddressThrottle(settings.login_attempts_per_minute),
                       LongPolls(feed, settings.long_polls, settings.long_polls_per_user),
-                      settings.response_budget_bytes)
+                      settings.response_budget_bytes,
+                      UserLimits(settings.requests_per_user, settings.db_slots_per_user),
+                      settings.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

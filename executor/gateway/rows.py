@@ -28,12 +28,19 @@ class RowPlan:
     keys: tuple[str, ...]  # the answer's key for each selected column, in order
     representation: str  # media.JSON, OBJECT or CSV
 
+    @property
+    def max_rows(self) -> int | None:
+        """Rows worth reading: one object needs only to know whether a second
+        row exists (the database counts the rest for the refusal)."""
+        return 2 if self.representation == OBJECT else None
+
     def check(self, page: RowPage) -> None:
         """Refuses a page PostgREST would refuse; runs before the transaction commits."""
         ranges.status(self.query.offset, len(page), page.total)
         if self.representation == OBJECT and len(page) != 1:
+            rows = len(page) if page.counted is None else page.counted
             raise ApiError("JSON object requested, multiple (or no) rows returned", "PGRST116",
-                           406, f"The result contains {len(page)} rows")
+                           406, f"The result contains {rows} rows")
 
 
 def plan(fn: RpcFunction, columns: tuple[str, ...], args: dict[str, Any],

@@ -9,6 +9,7 @@ instructions produce (they are run, against the test's database).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -53,7 +54,8 @@ def test_conf_exposes_what_the_gateway_exposes(conf: dict[str, str | int | bool]
     assert conf["db-anon-role"] == ANON_ROLE
     assert conf["jwt-role-claim-key"] == ".role"
     assert conf["jwt-secret-is-base64"] is False
-    assert "db-pre-request" not in conf
+    # Its pre-request caps one user's database slots, as the gateway does.
+    assert conf["db-pre-request"] == "shell.request_slot"
     assert conf["server-host"] == "127.0.0.1"
 
 
@@ -110,3 +112,37 @@ def test_the_fill_in_instructions_produce_the_databases_secret(
     claims = jwt.decode(answer["token"], written, algorithms=["HS256"])
     assert claims["role"] in TOKEN_ROLES
     assert str(conf["jwt-role-claim-key"]).lstrip(".") == "role"
+
+
+def test_the_pre_request_refuses_a_users_request_beyond_her_slots(
+        conf: dict[str, str | int | bool], db: str) -> None:
+    """What PostgREST runs before each request (db-pre-request), as the
+    request's role: four transactions of one user hold her four slots, a
+    fifth is refused with PostgREST's 429 and Retry-After, and another user
+    or an anonymous visitor still passes."""
+    function = str(conf["db-pre-request"])
+    alice, bob = create_user(db, "alice"), create_user(db, "bob")
+    held = [connect_as(db, "shell_user", {"sub": alice, "role": "shell_user"}) for _ in range(5)]
+    others = [connect_as(db, "shell_user", {"sub": bob, "role": "shell_user"}),
+              connect_as(db, ANON_ROLE)]
+    try:
+        for conn in held + others:
+            conn.autocommit = False
+        for conn in held[:4]:
+            call(conn, f"SELECT {function}()")
+        with pytest.raises(psycopg2.Error) as refused:
+            call(held[4], f"SELECT {function}()")
+        assert refused.value.pgcode == "PGRST"
+        assert json.loads(str(refused.value.diag.message_primary)) == {
+            "code": "PT429", "message": "too many requests of this user at once (at most 4)",
+            "details": None, "hint": "Try again in 1 seconds."}
+        assert refused.value.diag.message_detail == (
+            '{"status": 429, "headers": {"Retry-After": "1"}}')
+        for conn in others:
+            call(conn, f"SELECT {function}()")
+        held[4].rollback()
+        held[0].commit()  # a slot is free again once a request's transaction ends
+        call(held[4], f"SELECT {function}()")
+    finally:
+        for conn in held + others:
+            conn.close()
