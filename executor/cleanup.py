@@ -46,6 +46,7 @@ class RoundResult:
     loops_released: int = 0
     trees_removed: int = 0
     blobs_removed: int = 0
+    upload_parts_removed: int = 0
 
 
 class Cleanup:
@@ -64,11 +65,13 @@ class Cleanup:
         with as_admin(self._dsn, "cleanup") as conn:
             self._remove_old_history(conn, result)
             result.trees_removed, result.blobs_removed = retention.collect_files(conn, FILES_GRACE)
+            result.upload_parts_removed = retention.collect_upload_parts(conn)
             if self._sandbox is not None:
                 self._tidy_volumes(conn, result)
         log.info("cleanup round: removed %d commands from %d sessions, %d trees and %d blobs no "
-                 "one reaches, %d volumes; released %d loop devices", result.commands_removed,
-                 result.sessions_trimmed, result.trees_removed, result.blobs_removed,
+                 "one reaches, %d parts of abandoned uploads, %d volumes; released %d loop "
+                 "devices", result.commands_removed, result.sessions_trimmed,
+                 result.trees_removed, result.blobs_removed, result.upload_parts_removed,
                  result.volumes_removed, result.loops_released)
         return result
 

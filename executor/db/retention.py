@@ -53,6 +53,13 @@ def archived_sessions(conn: Connection, session_ids: list[str]) -> set[str]:
     return {r["id"] for r in rows}
 
 
+def collect_upload_parts(conn: Connection) -> int:
+    """Deletes the staged parts of uploads abandoned for upload_stale_after_s; how many."""
+    with transaction(conn) as cur:
+        cur.execute("SELECT shell.collect_upload_parts() AS removed")
+        return int(cur.fetchone()["removed"])
+
+
 def collect_files(conn: Connection, grace: datetime.timedelta) -> tuple[int, int]:
     """Deletes trees and blobs nothing retained reaches; returns how many of each."""
     with transaction(conn) as cur:

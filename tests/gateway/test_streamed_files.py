@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.audit.conftest import cli
 from tests.fixtures_stack import Gateway
 from tests.gateway.api import PASSWORD, bearer, error, new_session, rpc
 from tests.gateway.raw_http import rss_bytes
@@ -268,3 +269,30 @@ def test_a_singular_object_stops_reading_after_two_rows(
         "code": "PGRST116", "message": "JSON object requested, multiple (or no) rows returned",
         "details": f"The result contains {rows} rows", "hint": None}
     assert grown < rows * cwd // 4, f"the gateway grew by {grown} bytes"
+
+
+def test_parts_of_an_abandoned_upload_are_removed_by_cleanup(
+        db: str, alice: str, tmp_path: Path) -> None:
+    """A client that stages parts and never finishes (upload_part is public,
+    PostgREST's clients call it) leaves nothing for good: after
+    upload_stale_after_s, `pg-shell cleanup` removes them; a fresh upload stays."""
+    me = tenant(db, alice)
+    try:
+        for upload in ("11111111-1111-1111-1111-111111111111",
+                       "22222222-2222-2222-2222-222222222222"):
+            one(me, "SELECT shell_api.upload_part(%s, 0, %s)", (upload, b"x" * 1000))
+    finally:
+        me.close()
+    admin = connect_as(db, "postgres")
+    try:
+        call(admin, "UPDATE shell.upload_parts SET created_at = now() - interval '2 hours' "
+                    "WHERE upload_id = '11111111-1111-1111-1111-111111111111'")
+        done = cli(db, "cleanup", "--once", "--no-volumes",
+                   env={"PG_SHELL_SIGNING_KEY_FILE": str(tmp_path / "cleanup-key")})
+        assert done.returncode == 0, done.stderr
+        assert "1 parts of abandoned uploads" in done.stderr
+        assert [r["upload_id"] for r in call(admin, "SELECT upload_id::text FROM "
+                                                    "shell.upload_parts")] == [
+            "22222222-2222-2222-2222-222222222222"]
+    finally:
+        admin.close()
