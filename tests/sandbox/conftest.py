@@ -98,7 +98,8 @@ def _quota_mode() -> str:
 
 @pytest.fixture(scope="session")
 def make_sandbox(docker_client: docker.DockerClient) -> Callable[..., Sandbox]:
-    def make(disk_quota: str | None = None, **limits: float) -> Sandbox:
+    def make(disk_quota: str | None = None, copies_per_user: int = 0,
+             **limits: float) -> Sandbox:
         state_dir = tempfile.mkdtemp(prefix=f"{PREFIX}-vol-", dir="/var/tmp")
         _state_dirs.append(state_dir)
         base = {"timeout_s": 20.0, "disk_quota_bytes": 64 * 1024 * 1024}
@@ -108,6 +109,7 @@ def make_sandbox(docker_client: docker.DockerClient) -> Callable[..., Sandbox]:
             disk_quota=disk_quota or _quota_mode(),
             volume_dir=state_dir,
             scope=PREFIX,  # so other executors on this engine never reap ours
+            copies_per_user=copies_per_user,
         )
 
     return make
@@ -126,7 +128,10 @@ def session_id() -> str:
 class NoFiles:
     """A file receiver that asks for nothing: the run still reports its manifest."""
 
-    def wanted(self, manifest: list[Any]) -> list[str]:
+    max_entries: int | None = None
+    expected_bytes = 0
+
+    def wanted(self, manifest: list[Any], scan: Any) -> list[str]:
         return []
 
     def begin(self, path: str) -> None: ...
