@@ -1,7 +1,8 @@
 """`pg-shell` imports a command's module only when that command runs: the
 summaries `--help` lists come from executor/cli/main.py's COMMANDS, which must
-say what the modules register; and a misspelt setting stops the CLI with one
-line. (The start-up time itself is bench.cli_startup's, never a test's.)"""
+say what the modules register; `run` reaches the API without pydantic, httpx
+or typing; and a misspelt setting stops the CLI with one line. (The times
+themselves are bench.cli_startup's and bench.cli's, never a test's.)"""
 
 from __future__ import annotations
 
