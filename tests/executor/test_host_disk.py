@@ -1,24 +1,27 @@
 """A hostile tenant against an executor host's disk, through the tenant's SQL
 API and the real daemon and engine: archiving a session removes its copy
-(also when no executor was listening), a create → run → archive loop keeps
+(also when no executor was listening: the next executor to start, or the
+cleanup agent, removes it), a create → run → archive loop keeps
 the host's copies bounded, one user's copies per host are bounded (the
 least recently used one goes, and its files come back from the database),
 no image is made below the free-space floor (the command fails with a
 reason), what a session deletes goes back to the host while the quota
-still ends at its size, and one tenant cannot hold the warm pool."""
+still ends at its size, and one tenant cannot hold the warm pool. Each
+fails on 791adb8."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.executor.conftest import Shell
-from tests.fixtures_stack import Daemon
+from tests.fixtures_stack import REPO, Daemon
 from tests.support import connect_as, one, wait_for
 
 MiB = 1024 * 1024
@@ -80,6 +83,20 @@ def test_a_copy_archived_while_no_executor_ran_is_removed_when_one_starts(
     assert image.exists()
     make_daemon().start()
     wait_for("the copy removed at start-up", lambda: not image.exists(), LIVENESS)
+
+
+def test_the_cleanup_agent_removes_a_copy_archived_while_no_executor_ran(
+        make_daemon: Callable[..., Daemon], shell: Shell, tmp_path: Path) -> None:
+    daemon = make_daemon().start()
+    assert shell.run("true")["status"] == "done"
+    image = image_of(daemon, shell.session_id)
+    daemon.stop()
+    archive(shell)
+    env = {**daemon.env, "PG_SHELL_SIGNING_KEY_FILE": str(tmp_path / "cleanup-key")}
+    done = subprocess.run([sys.executable, "-m", "executor.cli.main", "cleanup", "--once"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not image.exists()
 
 
 def test_a_create_run_archive_loop_does_not_grow_the_hosts_copies(
