@@ -115,6 +115,7 @@ class Files:
                 continue
             self._below[h] = self._tree_problems(h, stored, open_)
             open_.discard(h)
+            self._trees[h] = (stored[0], [])  # checked: its entries are not needed again
         return self._below[root]
 
     def _tree_problems(self, h: str, stored: Tree, open_: set[str]) -> tuple[Problem, ...]:
@@ -219,8 +220,8 @@ class Files:
         modes: list[int] = []
         h = root
         for i, name in enumerate(parts):
-            self._load(h)
-            stored = self._trees.get(h)
+            # Read again: a checked tree's entries are let go.
+            stored = self._stored.trees([h]).get(h)
             if stored is None and h != EMPTY_TREE:
                 return None
             entries = stored[1] if stored else []
