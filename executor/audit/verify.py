@@ -180,7 +180,7 @@ def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
                                 "the checkpoint counts more links than it covers"))
         chained = [lk for lk in chained if lk["chain_seq"] > start_seq]
     expected_seq, expected_prev = start_seq + 1, start_hash
-    moved = False  # the link before this one was out of place
+    moved = False  # the link before this one is not where it was signed
     before: Mapping[str, Any] | None = None
     for link in chained:
         seq = link["chain_seq"]
@@ -198,7 +198,10 @@ def verify_session(session: Mapping[str, Any], links: list[Mapping[str, Any]],
         placement = [b for b in (found, own) if b is not None and b.cause in _PLACEMENT]
         breaks += [b for b in (found, own) if b is not None and (
             b.cause not in _PLACEMENT or (b is placement[0] and not moved))]
-        moved = bool(placement)
+        # A link moved from where it was signed may move the next one too;
+        # a gap before a link that is in place says nothing of the next.
+        moved = bool(placement) and (_out_of_place(link)
+                                     or any(b.cause == REORDERED for b in placement))
         expected_seq, expected_prev, before = seq + 1, link["chain_hash"], link
     for link in links:
         if link["chain_seq"] is None:
@@ -294,6 +297,17 @@ def _check_position(sid: str, link: Mapping[str, Any], record: Mapping[str, Any]
     return Break(sid, cid, seq, DELETED,
                  f"the signed record sits at chain_seq {named_seq}, after {str(named_prev)[:16]}: "
                  "the link(s) before it were removed and the chain re-linked")
+
+
+def _out_of_place(link: Mapping[str, Any]) -> bool:
+    """Whether a link's record names another position than the one it holds."""
+    try:
+        record = json.loads(link["result_record"] or "null")
+    except ValueError:
+        return False
+    return (isinstance(record, dict) and binds_position(record)
+            and (record.get("chain_seq"), record.get("chain_prev"))
+            != (link["chain_seq"], link["chain_prev"]))
 
 
 def _follows(record: Mapping[str, Any], before: Mapping[str, Any]) -> bool:

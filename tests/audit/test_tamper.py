@@ -229,3 +229,13 @@ def test_every_break_of_a_session_is_reported_not_only_the_first(copy, sql, hist
                                  (ids["last"], 6, "edited", "exit_code")])
     done = cli(copy, "audit", "verify")
     assert "BROKEN: 4 breaks in 1 of 2 sessions" in done.stdout
+
+
+def test_two_deletions_apart_are_two_breaks(copy, sql, history):
+    ids = history.ids
+    for gone in (ids["state"], ids["nul"]):  # chain_seq 3 and 5
+        sql("DELETE FROM shell.output_chunks WHERE command_id = %s", (gone,))
+        sql("DELETE FROM shell.commands WHERE id = %s", (gone,))
+    code, report = verify(copy)
+    found = [(b["command_id"], b["chain_seq"], b["cause"]) for b in report["breaks"]]
+    assert (code, found) == (1, [(ids["false"], 4, "deleted"), (ids["last"], 6, "deleted")])
