@@ -3,19 +3,25 @@ server on a loopback socket: requests share one kept-alive connection,
 pipelined requests are answered in order in one round trip, chunked and
 length-delimited bodies are read whole, an idle connection the server
 closed is replaced before a request is written on it (and no request is
-ever sent twice), and a request interrupted half-way leaves no answer
-behind for the next one."""
+ever sent twice), a request interrupted half-way leaves no answer behind
+for the next one, and an https URL gets TLS with the certificate checked."""
 
 from __future__ import annotations
 
+import os
 import select
 import socket
+import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from executor.http_connection import Connection, TransportError
+from tests.fixtures_stack import REPO
 
 Handler = Callable[[socket.socket, bytes], bool]  # (client, request) -> keep the connection?
 
@@ -205,3 +211,41 @@ def test_a_server_that_does_not_answer_http_is_a_transport_error(
         conn.request("POST", "/x")
     with pytest.raises(TransportError):
         Connection("http://127.0.0.1:9").request("POST", "/x")  # nothing listens on port 9
+
+
+def test_an_https_url_is_spoken_over_tls_and_the_certificate_is_checked(
+        tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    listener = context.wrap_socket(socket.create_server(("127.0.0.1", 0)), server_side=True)
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(2):  # the trusting client, then the one that refuses the certificate
+            try:
+                client, _ = listener.accept()
+            except (OSError, ssl.SSLError):
+                continue
+            with client:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += client.recv(65536)
+                client.sendall(answer(request.split(b" ")[1]))
+
+    threading.Thread(target=serve, daemon=True).start()
+    probe = ("import sys; from executor.http_connection import Connection, TransportError\n"
+             f"conn = Connection('https://localhost:{port}/api')\n"
+             "try: print(conn.request('POST', '/rpc/f').content.decode())\n"
+             "except TransportError as exc: print('refused:', exc)\n")
+    trusted = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             cwd=REPO, env={**os.environ, "SSL_CERT_FILE": str(cert)})
+    assert trusted.stdout == "/api/rpc/f\n", trusted.stderr
+    unknown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             cwd=REPO, env={k: v for k, v in os.environ.items()
+                                            if k != "SSL_CERT_FILE"})
+    assert unknown.stdout.startswith("refused: [SSL: CERTIFICATE_VERIFY_FAILED]"), unknown.stderr
+    listener.close()
