@@ -128,7 +128,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     from executor.db import audit as db_audit
     from executor.db.connection import as_admin
 
-    with as_admin(settings.require_database_url(), "audit verify") as conn:
+    with as_admin(settings.require_database_url(), "audit verify") as conn, \
+            db_audit.snapshot(conn):
         keys = _trusted(args, {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)})
         files = Files(db_audit.StoredFiles(conn)) if args.files else None
         report = audit.verify(db_audit.history(conn, args.session), keys, _heads(args), files)

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from executor.db.connection import Connection, query
+from executor.db.connection import Connection, query, transaction
+
+
+@contextlib.contextmanager
+def snapshot(conn: Connection) -> Iterator[None]:
+    """Every read until the end in one snapshot of the database: a command
+    that ends while the history is read (its link, the session's head, the
+    trees of its root) is seen whole or not at all, never as a break."""
+    with transaction(conn) as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
 
 
 def keys(conn: Connection) -> list[dict[str, Any]]:
