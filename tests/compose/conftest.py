@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require
+from tests.engine_cleanup import remove_labelled
 from tests.fixtures_stack import REPO, free_port
 
 PROJECT = f"pgtest{secrets.token_hex(4)}"
@@ -82,9 +83,7 @@ def compose_guard(docker_client: Any) -> Iterator[list[str]]:
     sessions: list[str] = []
     yield sessions
     compose("down", "-v", "--remove-orphans")
-    for container in docker_client.containers.list(all=True, sparse=True,
-                                                   filters={"label": f"pg-shell.scope={PROJECT}"}):
-        container.remove(force=True)
+    remove_labelled(docker_client, f"pg-shell.scope={PROJECT}")
     for session_id in sessions:
         try:
             docker_client.volumes.get(f"pg-shell-home-{session_id}").remove(force=True)

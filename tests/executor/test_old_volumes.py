@@ -15,6 +15,7 @@ import pytest
 
 from executor.sandbox.volumes import LoopVolumes, PlainVolumes, index_path, volume_name
 from tests.conftest import require
+from tests.engine_cleanup import remove_container
 from tests.old_volume import CHECK, FILES, checked, host_target, make_old, untouched
 from tests.support import call, one
 
@@ -36,8 +37,9 @@ def volumes(quota, executor_env, docker_client, shell) -> Iterator[LoopVolumes |
            if quota == "loop" else PlainVolumes(docker_client, state_dir))
     if quota == "none":  # loop volumes go with their state directory (make_daemon)
         name = volume_name(shell.session_id)
-        for container in docker_client.containers.list(all=True, filters={"volume": name}):
-            container.remove(force=True)
+        for container in docker_client.containers.list(all=True, sparse=True,
+                                                       filters={"volume": name}):
+            remove_container(docker_client, container)  # the executor may be removing it too
         try:
             docker_client.volumes.get(name).remove()
         except docker.errors.NotFound:

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require
+from tests.engine_cleanup import remove_labelled
 from tests.executor.conftest import Daemon, Shell
 from tests.support import create_user
 
@@ -140,9 +141,7 @@ def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], ro
             warnings.warn(note_text, UserWarning, stacklevel=1)
     finally:
         daemon.stop()
-        for container in rootless_client.containers.list(
-                all=True, filters={"label": f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}"}):
-            container.remove(force=True)
+        remove_labelled(rootless_client, f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}")
         try:
             rootless_client.volumes.get(volume_name).remove(force=True)
         except Exception:

@@ -22,6 +22,7 @@ import pytest
 
 from executor.db.connection import connect
 from tests.conftest import with_database
+from tests.engine_cleanup import remove_labelled
 from tests.fixtures_stack import REPO, authenticator_dsn, free_port, remove_session_volumes
 from tests.support import call, create_user, one, tenant, wait_for
 
@@ -154,10 +155,7 @@ def test_the_installed_executor_runs_a_command(installed: Path, empty_db: str, e
     finally:
         proc.terminate()
         proc.wait(60)
-        for container in docker_client.containers.list(
-                all=True, sparse=True,
-                filters={"label": f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}"}):
-            container.remove(force=True)
+        remove_labelled(docker_client, f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}")
         remove_session_volumes(docker_client, env["PG_SHELL_VOLUMES_DIR"])
 
 
