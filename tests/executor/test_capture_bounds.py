@@ -90,6 +90,15 @@ def test_files_below_a_path_longer_than_path_max_fail_the_command(daemon, shell)
     assert listed(shell) == ["kept"]
 
 
+def test_a_home_its_command_made_unreadable_is_still_captured(daemon, shell):
+    row = shell.run("echo x > f && chmod 000 ~")
+    assert row["status"] == "done", row
+    assert listed(shell) == ["f"]
+    # The home keeps the mode its command gave it (the next shell cannot enter it).
+    out = shell.run("stat -c %a ~ && chmod 700 ~ && cat ~/f")["output"]
+    assert "\n0\nx\n" in out, out
+
+
 @pytest.fixture
 def stored_chunks(db):
     """A record of every chunk a statement offered to shell.blob_chunks (a
