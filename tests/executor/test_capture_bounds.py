@@ -151,12 +151,14 @@ def test_a_capture_sends_bytes_another_tenant_already_stores(daemon, make_shell,
                        hashlib.sha256(b"nobody has this\n").hexdigest()}
 
 
-# A sandbox whose supervisor answers a restore with a frame the protocol
-# does not know (as the 2,000-entry batches of control-character paths did).
+# A sandbox whose supervisor answers a restore with a frame header the protocol
+# refuses (as it refused a manifest batch over 8 MiB).
 BROKEN_RESTORE = """\
 USER root
 RUN mv /opt/pg-shell/supervisor /opt/pg-shell/supervisor.real \\
- && printf '#!/bin/sh\\nif [ "$1" = restore ]; then printf "Z\\\\000\\\\000\\\\000\\\\000"; exit 1; fi\\nexec /opt/pg-shell/supervisor.real "$@"\\n' > /opt/pg-shell/supervisor \\
+ && echo '#!/bin/sh' > /opt/pg-shell/supervisor \\
+ && echo 'if [ "$1" = restore ]; then printf ZZZZZ; exit 1; fi' >> /opt/pg-shell/supervisor \\
+ && echo 'exec /opt/pg-shell/supervisor.real "$@"' >> /opt/pg-shell/supervisor \\
  && chmod 0555 /opt/pg-shell/supervisor
 USER sandbox
 """
