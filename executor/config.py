@@ -9,13 +9,14 @@ not a setting can be refused as a typo (executor/environment.py)."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
 import uuid
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from executor import environment
@@ -111,6 +112,12 @@ class Settings(BaseSettings):
         default=30, ge=1,
         description="logins the gateway accepts per client address and minute (429 beyond; the "
                     "database also throttles each username)")
+    trusted_proxies: str = Field(
+        default="",
+        description="addresses or networks (comma-separated; `127.0.0.1` for a reverse proxy on "
+                    "the same host) whose `X-Forwarded-For` `pg-shell serve` believes for the "
+                    "client's address, which the per-address limits count; unset: nobody's, "
+                    "the connection's own address counts")
 
     # -- the headless CLI (`pg-shell run`, …)
     # Read without pydantic too, when they are all that is set (client_settings.py).
@@ -254,9 +261,19 @@ class Settings(BaseSettings):
     retention_batch: int = Field(default=1000, ge=1, le=100000,
                                  description="commands removed per transaction")
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: str) -> str:
+        proxy_addresses(value)  # a typo must not silently trust nobody (or somebody else)
+        return value
+
     @property
     def shell_root(self) -> str:
         return SHELL_ROOT
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        return proxy_addresses(self.trusted_proxies)
 
     def limits(self) -> Limits:
         """The per-command limits these settings give every container."""
@@ -282,6 +299,19 @@ class Settings(BaseSettings):
     def effective_worker_id(self) -> str:
         """The stable id if configured, else a fresh one for this process."""
         return self.worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+
+
+def proxy_addresses(text: str) -> list[str]:
+    """PG_SHELL_TRUSTED_PROXIES' addresses and networks, each in its normal
+    form; a ValueError names one that is neither."""
+    found = []
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        try:
+            found.append(str(ipaddress.ip_network(item, strict=False)) if "/" in item
+                         else str(ipaddress.ip_address(item)))
+        except ValueError as exc:
+            raise ValueError(f"{item!r} is not an IP address or network") from exc
+    return found
 
 
 def setting_variables() -> dict[str, str]:

@@ -1416,6 +1416,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.lock_login(p_name text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('shell.login:' || p_name, 0));
+    RETURN clock_timestamp();
+END
+$$;
+
 CREATE FUNCTION shell.mark_created(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1649,16 +1659,28 @@ CREATE FUNCTION shell.path_parts(p_path text) RETURNS text[]
     SET search_path TO ''
     AS $$
 DECLARE
+    max_bytes constant integer := 4096;
+    max_parts constant integer := 256;
     parts text[];
 BEGIN
-    IF p_path IS NULL OR p_path = '' OR left(p_path, 1) = '/' OR octet_length(p_path) > 4096 THEN
+    IF p_path IS NULL OR p_path = '' OR left(p_path, 1) = '/' THEN
         RAISE EXCEPTION 'invalid path %', coalesce(quote_literal(left(p_path, 200)), 'NULL') USING ERRCODE = '22023',
             HINT = 'Give a path relative to the session''s home, such as src/main.py.';
     END IF;
+    IF octet_length(p_path) > max_bytes THEN
+        RAISE EXCEPTION 'path is too long (% bytes)', octet_length(p_path) USING ERRCODE = '22023',
+            DETAIL = format('A path may be at most %s bytes long.', max_bytes),
+            HINT = 'Give a shorter path.';
+    END IF;
     parts := string_to_array(p_path, '/');
+    IF array_length(parts, 1) > max_parts THEN
+        RAISE EXCEPTION 'path is too deep (% parts)', array_length(parts, 1) USING ERRCODE = '22023',
+            DETAIL = format('A path may have at most %s parts (directories and the file''s name).', max_parts),
+            HINT = 'Give a path with fewer directories.';
+    END IF;
     IF EXISTS (SELECT FROM unnest(parts) part WHERE part IN ('', '.', '..') OR octet_length(part) > 255) THEN
         RAISE EXCEPTION 'invalid path %', quote_literal(left(p_path, 200)) USING ERRCODE = '22023',
-            DETAIL = 'A path may not contain empty, "." or ".." parts.',
+            DETAIL = 'A path may not contain empty, "." or ".." parts, nor parts over 255 bytes.',
             HINT = 'Give a path relative to the session''s home, such as src/main.py.';
     END IF;
     RETURN parts;
@@ -1704,11 +1726,40 @@ BEGIN
         RAISE EXCEPTION 'chunk % of a blob of % chunks', p_seq, p_chunks USING ERRCODE = '22023';
     END IF;
     INSERT INTO shell.blobs (sha256, size, chunks) VALUES (p_sha256, p_size, p_chunks)
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT (sha256) DO UPDATE SET created_at = now();
     IF p_chunks > 0 THEN
         INSERT INTO shell.blob_chunks (sha256, seq, data) VALUES (p_sha256, p_seq, p_data)
         ON CONFLICT DO NOTHING;
     END IF;
+END
+$$;
+
+CREATE FUNCTION shell.put_blobs(p_sha256 text[], p_data bytea[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    bad integer;
+BEGIN
+    IF cardinality(p_sha256) IS DISTINCT FROM cardinality(p_data) THEN
+        RAISE EXCEPTION 'put_blobs needs as many hashes as contents' USING ERRCODE = '22023';
+    END IF;
+    SELECT i INTO bad FROM generate_subscripts(p_sha256, 1) i
+    WHERE p_data[i] IS NULL OR octet_length(p_data[i]) > 4194304
+       OR p_sha256[i] IS DISTINCT FROM encode(sha256(p_data[i]), 'hex')
+    LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'blob % is not the SHA-256 of its content (or is over 4 MiB)', bad
+            USING ERRCODE = '22023', HINT = 'Store larger blobs with put_blob_chunk.';
+    END IF;
+    INSERT INTO shell.blobs AS b (sha256, size, chunks)
+    SELECT DISTINCT ON (h) h, octet_length(d), CASE WHEN octet_length(d) = 0 THEN 0 ELSE 1 END
+    FROM unnest(p_sha256, p_data) AS u(h, d)
+    ON CONFLICT (sha256) DO UPDATE SET created_at = now();
+    INSERT INTO shell.blob_chunks (sha256, seq, data)
+    SELECT DISTINCT ON (h) h, 0, d FROM unnest(p_sha256, p_data) AS u(h, d)
+    WHERE octet_length(d) > 0
+    ON CONFLICT DO NOTHING;
 END
 $$;
 
@@ -1801,19 +1852,20 @@ DECLARE
                               WHERE key = 'login_backoff_base_s');
     cap double precision := (SELECT value::double precision FROM shell.config
                              WHERE key = 'login_backoff_max_s');
+    at timestamptz := clock_timestamp();
     n integer;
 BEGIN
     -- Names idle for a day are forgotten, so guessed names cannot fill the table.
-    DELETE FROM shell.login_failures WHERE last_failure < now() - interval '1 day';
+    DELETE FROM shell.login_failures WHERE last_failure < at - interval '1 day';
     INSERT INTO shell.login_failures AS f (username, failures, last_failure, closed_until)
-    VALUES (p_name, 1, now(), now())
+    VALUES (p_name, 1, at, at)
     ON CONFLICT (username) DO UPDATE
-        SET failures = f.failures + 1, last_failure = now(),
-            closed_until = greatest(f.closed_until, now())
+        SET failures = f.failures + 1, last_failure = at,
+            closed_until = greatest(f.closed_until, at)
     RETURNING failures INTO n;
     IF n > free THEN
         UPDATE shell.login_failures
-        SET closed_until = now() + make_interval(secs => least(cap, base * 2 ^ least(n - free - 1, 30)))
+        SET closed_until = at + make_interval(secs => least(cap, base * 2 ^ least(n - free - 1, 30)))
         WHERE username = p_name;
     END IF;
 END
@@ -1922,6 +1974,7 @@ CREATE FUNCTION shell.render_changes(c shell.commands) RETURNS text
     AS $$
 DECLARE
     max_listed constant integer := 100;
+    max_counted constant integer := 1000;
     total bigint;
     summary text;
     listed text;
@@ -1933,7 +1986,7 @@ BEGIN
     WITH d AS (
         SELECT ch.path, ch.change, ch.kind,
                row_number() OVER (ORDER BY convert_to(ch.path, 'UTF8')) AS n
-        FROM shell_api.command_changes(c.id) ch
+        FROM shell.some_changes(c.id, max_counted + 1) ch
     )
     SELECT count(*),
            concat_ws(', ',
@@ -1949,9 +2002,14 @@ BEGIN
     IF total = 0 THEN
         RETURN '';
     END IF;
+    IF total > max_counted THEN
+        summary := format('more than %s changes', max_counted);
+    END IF;
     RETURN format('<details class="changes"><summary>%s</summary><ul>%s%s</ul></details>',
                   summary, listed,
-                  CASE WHEN total > max_listed
+                  CASE WHEN total > max_counted
+                       THEN format('<li class="more">and more than %s others</li>', max_counted - max_listed)
+                       WHEN total > max_listed
                        THEN format('<li class="more">and %s more</li>', total - max_listed) ELSE '' END);
 END
 $$;
@@ -2270,6 +2328,87 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.some_changes(p_command_id bigint, p_limit integer) RETURNS TABLE(path text, change text, kind text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    c shell.commands := shell.owned_command(p_command_id);
+    -- The queue of directory pairs to compare: old tree, new tree (NULL:
+    -- absent on that side), and the path prefix of their entries.
+    olds text[];
+    news text[];
+    prefixes text[];
+    head integer := 1;
+    n integer := 0;
+    o shell.tree_entries;  -- the next entry of the old directory (name NULL: none left)
+    nw shell.tree_entries;  -- and of the new one
+    one_side shell.tree_entries;
+    is_new boolean;
+BEGIN
+    IF c.status NOT IN ('done', 'failed', 'cancelled') OR c.root_before IS NULL
+       OR c.root_after IS NULL OR c.root_before = c.root_after OR p_limit < 1 THEN
+        RETURN;
+    END IF;
+    olds := ARRAY[c.root_before];
+    news := ARRAY[c.root_after];
+    prefixes := ARRAY[''];
+    WHILE head <= cardinality(prefixes) AND n < p_limit LOOP
+        SELECT * INTO o FROM shell.tree_entries x WHERE x.tree = olds[head]
+        ORDER BY x.name COLLATE "C" LIMIT 1;
+        SELECT * INTO nw FROM shell.tree_entries x WHERE x.tree = news[head]
+        ORDER BY x.name COLLATE "C" LIMIT 1;
+        WHILE (o.name IS NOT NULL OR nw.name IS NOT NULL) AND n < p_limit LOOP
+            IF o.name IS NOT NULL AND nw.name IS NOT NULL AND o.name = nw.name THEN
+                IF o.kind <> nw.kind OR o.mode <> nw.mode OR o.target IS DISTINCT FROM nw.target
+                   OR (nw.kind <> 'dir' AND o.object IS DISTINCT FROM nw.object) THEN
+                    path := prefixes[head] || nw.name;
+                    change := 'modified';
+                    kind := nw.kind;
+                    RETURN NEXT;
+                    n := n + 1;
+                END IF;
+                IF (o.kind = 'dir' OR nw.kind = 'dir') AND o.object IS DISTINCT FROM nw.object THEN
+                    olds := olds || CASE WHEN o.kind = 'dir' THEN o.object END;
+                    news := news || CASE WHEN nw.kind = 'dir' THEN nw.object END;
+                    prefixes := prefixes || (prefixes[head] || nw.name || '/');
+                END IF;
+                SELECT * INTO o FROM shell.tree_entries x
+                WHERE x.tree = olds[head] AND x.name COLLATE "C" > o.name
+                ORDER BY x.name COLLATE "C" LIMIT 1;
+                SELECT * INTO nw FROM shell.tree_entries x
+                WHERE x.tree = news[head] AND x.name COLLATE "C" > nw.name
+                ORDER BY x.name COLLATE "C" LIMIT 1;
+                CONTINUE;
+            END IF;
+            -- An entry on one side only: the smaller name of the two.
+            is_new := o.name IS NULL OR (nw.name IS NOT NULL AND nw.name COLLATE "C" < o.name);
+            one_side := CASE WHEN is_new THEN nw ELSE o END;
+            path := prefixes[head] || one_side.name;
+            change := CASE WHEN is_new THEN 'added' ELSE 'deleted' END;
+            kind := one_side.kind;
+            RETURN NEXT;
+            n := n + 1;
+            IF one_side.kind = 'dir' THEN
+                olds := olds || CASE WHEN NOT is_new THEN one_side.object END;
+                news := news || CASE WHEN is_new THEN one_side.object END;
+                prefixes := prefixes || (prefixes[head] || one_side.name || '/');
+            END IF;
+            IF is_new THEN
+                SELECT * INTO nw FROM shell.tree_entries x
+                WHERE x.tree = news[head] AND x.name COLLATE "C" > nw.name
+                ORDER BY x.name COLLATE "C" LIMIT 1;
+            ELSE
+                SELECT * INTO o FROM shell.tree_entries x
+                WHERE x.tree = olds[head] AND x.name COLLATE "C" > o.name
+                ORDER BY x.name COLLATE "C" LIMIT 1;
+            END IF;
+        END LOOP;
+        head := head + 1;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION shell.time_limit_s() RETURNS numeric
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -2356,6 +2495,73 @@ CREATE FUNCTION shell.tree_listing(p_root text) RETURNS TABLE(path text, kind te
         WHERE w.kind = 'dir'
     )
     SELECT * FROM walk ORDER BY convert_to(walk.path, 'UTF8')
+$$;
+
+CREATE FUNCTION shell.tree_page(p_root text, p_after text, p_limit integer) RETURNS TABLE(path text, kind text, mode integer, size bigint, object text, target text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    trees text[] := ARRAY[p_root];
+    prefixes text[] := ARRAY[''];
+    afters text[] := ARRAY[NULL::text];
+    parts text[];
+    e shell.tree_entries;
+    top integer := 1;
+    n integer := 0;
+    i integer;
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'p_limit must be between 1 and 1000' USING ERRCODE = '22023';
+    END IF;
+    IF p_after IS NOT NULL THEN
+        parts := shell.path_parts(p_after);
+        -- Down the cursor's path: every level resumes after the name taken
+        -- there; below an existing directory named by the whole path, its
+        -- contents come next.
+        FOR i IN 1 .. cardinality(parts) LOOP
+            afters[top] := parts[i];
+            SELECT * INTO e FROM shell.tree_entries x WHERE x.tree = trees[top] AND x.name = parts[i];
+            EXIT WHEN e.tree IS NULL OR e.kind <> 'dir';
+            top := top + 1;
+            trees[top] := e.object;
+            prefixes[top] := prefixes[top - 1] || parts[i] || '/';
+            afters[top] := NULL;
+        END LOOP;
+    END IF;
+    WHILE top > 0 AND n < p_limit LOOP
+        IF afters[top] IS NULL THEN
+            SELECT * INTO e FROM shell.tree_entries x WHERE x.tree = trees[top]
+            ORDER BY x.name COLLATE "C" LIMIT 1;
+        ELSE
+            SELECT * INTO e FROM shell.tree_entries x
+            WHERE x.tree = trees[top] AND x.name COLLATE "C" > afters[top]
+            ORDER BY x.name COLLATE "C" LIMIT 1;
+        END IF;
+        IF NOT FOUND THEN
+            top := top - 1;  -- this directory is done: back to its parent
+            trees := trees[1:top];
+            prefixes := prefixes[1:top];
+            afters := afters[1:top];
+            CONTINUE;
+        END IF;
+        afters[top] := e.name;
+        path := prefixes[top] || e.name;
+        kind := e.kind;
+        mode := e.mode;
+        size := e.size;
+        object := e.object;
+        target := e.target;
+        RETURN NEXT;
+        n := n + 1;
+        IF e.kind = 'dir' THEN
+            top := top + 1;
+            trees[top] := e.object;
+            prefixes[top] := path || '/';
+            afters[top] := NULL;
+        END IF;
+    END LOOP;
+END
 $$;
 
 CREATE FUNCTION shell.tree_put_path(p_root text, p_parts text[], p_entry jsonb) RETURNS text
@@ -2655,6 +2861,8 @@ CREATE FUNCTION shell_api.login(p_username text, p_password text) RETURNS json
 DECLARE
     -- Valid names are at most 63 characters: a longer one names nobody.
     name text := left(lower(coalesce(p_username, '')), 64);
+    -- Before anything about the name is read: see the comment above.
+    at timestamptz := shell.lock_login(name);
     found shell.users;
     closed timestamptz := (SELECT closed_until FROM shell.login_failures WHERE username = name);
     ttl bigint := (SELECT value::bigint FROM shell.config WHERE key = 'jwt_ttl_seconds');
@@ -2662,9 +2870,9 @@ DECLARE
     -- verifiers (PyJWT) reject the token as not yet valid.
     now_epoch bigint := floor(extract(epoch FROM now()))::bigint;
 BEGIN
-    IF closed > now() THEN
+    IF closed > at THEN
         RETURN shell.respond(429, 'PT429', 'too many failed logins for this username',
-                             ceil(extract(epoch FROM closed - now()))::integer);
+                             ceil(extract(epoch FROM closed - at))::integer);
     END IF;
     SELECT * INTO found FROM shell.users WHERE username = name;
     -- Hash even for an unknown name, so response time does not reveal which
@@ -2936,12 +3144,12 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint DEFAULT NULL::bigint) RETURNS TABLE(path text, kind text, mode integer, size bigint, sha256 text, target text)
+CREATE FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint DEFAULT NULL::bigint, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 1000) RETURNS TABLE(path text, kind text, mode integer, size bigint, sha256 text, target text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT l.path, l.kind, l.mode, l.size, CASE WHEN l.kind = 'file' THEN l.object END, l.target
-    FROM shell.tree_listing(shell.root_at(p_session_id, p_command_id)) l
+    FROM shell.tree_page(shell.root_at(p_session_id, p_command_id), p_after, p_limit) l
 $$;
 
 CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text) RETURNS bigint
@@ -3374,6 +3582,8 @@ CREATE INDEX sessions_forked_from ON shell.sessions USING btree (forked_from_com
 CREATE INDEX sessions_user_id ON shell.sessions USING btree (user_id, created_at);
 
 CREATE INDEX sessions_user_live ON shell.sessions USING btree (user_id) WHERE (archived_at IS NULL);
+
+CREATE INDEX tree_entries_name_bytes ON shell.tree_entries USING btree (tree, name COLLATE "C");
 
 CREATE INDEX tree_entries_object ON shell.tree_entries USING btree (object) WHERE (object IS NOT NULL);
 

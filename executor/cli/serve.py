@@ -35,7 +35,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 http=guarded_protocol(settings.header_timeout_s, settings.idle_timeout_s,
                                      settings.min_body_rate),
                 timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
-                limit_concurrency=settings.max_connections)
+                limit_concurrency=settings.max_connections,
+                # X-Forwarded-For names the client only when a proxy of ours
+                # set it: uvicorn's default believes any loopback client, so one
+                # on the same host could claim a fresh address per login.
+                proxy_headers=bool(settings.trusted_proxy_list),
+                forwarded_allow_ips=settings.trusted_proxy_list)
     return 0
 
 

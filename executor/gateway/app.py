@@ -36,7 +36,7 @@ from executor.gateway import media, memory, openapi, ranges, rows
 from executor.gateway.auth import AuthError, Identity, identify
 from executor.gateway.body_limit import BodyLimit
 from executor.gateway.files import Files, PartsResponse, StagedUpload, user_of
-from executor.gateway.grammar import is_grammar
+from executor.gateway.grammar import bigint, is_grammar
 from executor.gateway.json_stream import ByteaError, NulInText
 from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
 from executor.gateway.metrics_route import read_queue_depth
@@ -327,8 +327,15 @@ class Gateway:
         def cursor() -> int:
             return int(self.db.call(cursor_fn, {"p_session_id": session_id}, identity.role,
                                     identity.claims) or 0)
-        return await self.live.wait(session_id, user, key, min(int(wait.group(1)), MAX_WAIT_S),
+        return await self.live.wait(session_id, user, key, _wait_seconds(wait.group(1)),
                                     args, fetch_with, cursor, lambda: _disconnected(request))
+
+
+def _wait_seconds(digits: str) -> int:
+    """`Prefer: wait=N`'s N, at most MAX_WAIT_S: a longer wait, however many
+    digits it has (int() refuses more than 4,300), is the longest."""
+    seconds = bigint(digits)
+    return MAX_WAIT_S if seconds is None else min(seconds, MAX_WAIT_S)
 
 
 async def _disconnected(request: Request) -> None:

@@ -8,6 +8,12 @@ of them is refused with 42703, text the grammar cannot read with PGRST100,
 both 400, as PostgREST answers. What PostgREST offers beyond this (casts,
 JSON paths, embedding, full-text search, array operators, `any`/`all`
 modifiers) is refused the same way rather than half-understood.
+
+Two bounds PostgREST does not have keep absurd input a 400 rather than a
+500: logic trees nest at most MAX_LOGIC_DEPTH levels (the parser and the
+query builder recurse once per level, and so would PostgreSQL's planner),
+and `limit`/`offset` fit a bigint (what SQL's LIMIT and OFFSET take;
+Python refuses to read more than 4,300 digits at all).
 """
 
 from __future__ import annotations
@@ -26,10 +32,28 @@ OPERATORS = frozenset({*COMPARISONS, "in", "is"})
 # What makes a GET parameter a filter rather than an argument: `op.` or `not.op.`.
 _LOOKS_LIKE_FILTER = re.compile(r"(not\.)?[a-z]+(\([a-z]+\))?\.")
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+MAX_LOGIC_DEPTH = 64
+BIGINT_MAX = 2**63 - 1
+# How much of a malformed value an error message repeats.
+_SHOWN = 60
 
 
 def parse_error(what: str, details: str) -> ApiError:
     return ApiError(f'"failed to parse {what}"', "PGRST100", 400, details)
+
+
+def shown(value: str) -> str:
+    """``value`` as an error message repeats it: a long one cut short."""
+    return value if len(value) <= _SHOWN else value[:_SHOWN] + "…"
+
+
+def bigint(text: str) -> int | None:
+    """The number ``text`` (ASCII digits) stands for, or None past a bigint;
+    read without converting more digits than a bigint has."""
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(BIGINT_MAX)) or int(digits) > BIGINT_MAX:
+        return None
+    return int(digits)
 
 
 @dataclass(frozen=True)
@@ -88,9 +112,13 @@ class Parser:
     @staticmethod
     def count_of(name: str, value: str) -> int:
         if not value.isascii() or not value.isdigit():
-            raise parse_error(f"{name} parameter ({value})",
+            raise parse_error(f"{name} parameter ({shown(value)})",
                               f"{name} must be a non-negative integer")
-        return int(value)
+        count = bigint(value)
+        if count is None:
+            raise parse_error(f"{name} parameter ({shown(value)})",
+                              f"{name} must be at most {BIGINT_MAX}")
+        return count
 
     def selection(self, text: str) -> Selection:
         fields: list[tuple[str, str]] = []
@@ -140,14 +168,18 @@ class Parser:
                               "is. expects " + ", ".join(sorted(IS_VALUES)))
         return Filter(column, operator, value, negated)
 
-    def logic(self, operator: str, text: str, negated: bool) -> Logic:
+    def logic(self, operator: str, text: str, negated: bool, depth: int = 1) -> Logic:
         if not (text.startswith("(") and text.endswith(")")):
-            raise parse_error(f"logic tree ({text})", "expecting a parenthesized list")
+            raise parse_error(f"logic tree ({shown(text)})", "expecting a parenthesized list")
+        if depth > MAX_LOGIC_DEPTH:
+            raise parse_error(f"logic tree ({shown(text)})",
+                              f"logic trees may nest at most {MAX_LOGIC_DEPTH} levels deep")
         terms: list[Filter | Logic] = []
         for item in split_top_level(text[1:-1], text):
             nested = re.fullmatch(r"(not\.)?(and|or)(\(.*\))", item, re.DOTALL)
             if nested:
-                terms.append(self.logic(nested.group(2), nested.group(3), bool(nested.group(1))))
+                terms.append(self.logic(nested.group(2), nested.group(3), bool(nested.group(1)),
+                                        depth + 1))
                 continue
             name, dot, rest = item.partition(".")
             if not dot:
@@ -172,14 +204,14 @@ def split_top_level(text: str, whole: str) -> list[str]:
         elif not quoted and char in "()":
             depth += 1 if char == "(" else -1
             if depth < 0:
-                raise parse_error(f"logic tree ({whole})", "unbalanced parentheses")
+                raise parse_error(f"logic tree ({shown(whole)})", "unbalanced parentheses")
         elif not quoted and depth == 0 and char == ",":
             items.append(current)
             current = ""
             continue
         current += char
     if quoted or depth:
-        raise parse_error(f"logic tree ({whole})", "unbalanced quotes or parentheses")
+        raise parse_error(f"logic tree ({shown(whole)})", "unbalanced quotes or parentheses")
     return [*items, current]
 
 

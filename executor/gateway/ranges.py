@@ -5,7 +5,8 @@ with 200, 206 or 416.
 The window asked for is the intersection of the Range header and
 limit/offset. `Content-Range` is `first-last/total`, `*` standing for an
 empty page or a total not counted; a counted total makes a page that does
-not hold all of it 206, and an offset past the end 416 (PGRST103).
+not hold all of it 206, and an offset past the end 416 (PGRST103). A bound
+past a bigint (what SQL's OFFSET and LIMIT take) is 400 (PGRST100).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from executor.errors import ApiError
+from executor.gateway.grammar import BIGINT_MAX, bigint
 
 _RANGE = re.compile(r"\s*(?:items=)?(\d+)-(\d*)\s*")
 _COUNT = re.compile(r"\bcount=(exact|planned|estimated)\b")
@@ -39,8 +41,11 @@ def window(method: str, range_header: str | None, offset: int, limit: int | None
     match = _RANGE.fullmatch(range_header or "") if method == "GET" else None
     if match is None:
         return Window(offset, limit)
-    first = int(match.group(1))
-    last = int(match.group(2)) if match.group(2) else None
+    first = bigint(match.group(1))
+    last = bigint(match.group(2)) if match.group(2) else None
+    if first is None or (match.group(2) and last is None):
+        raise ApiError('"failed to parse Range header"', "PGRST100", 400,
+                       f"A Range's bounds may be at most {BIGINT_MAX}.")
     if last is not None and last < first:
         raise RangeNotSatisfiable(f"The range {first}-{last} ends before it starts.")
     lower = max(first, offset)

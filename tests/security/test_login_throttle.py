@@ -2,13 +2,18 @@
 PostgREST too), with exponential back-off, 429 and Retry-After through
 PostgREST's response.status / response.headers settings; per client address
 in the gateway. A guesser cannot keep the real user out longer than the
-back-off, and cannot tell known names from unknown ones by being throttled."""
+back-off, and cannot tell known names from unknown ones by being throttled.
+Attempts on one name are taken one at a time, so parallel guesses get no
+more password checks than sequential ones; the client's address is the
+connection's unless a configured proxy forwarded it."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -160,3 +165,73 @@ def test_postgrest_honours_the_same_answer() -> None:
     text = CONF.read_text()
     assert "PostgREST (12 or newer)" in text
     assert 'db-anon-role = "shell_anon"' in text
+
+
+def parallel_logins(url: str, username: str, passwords: list[str]) -> list[int]:
+    """The statuses of logins sent at once, each on its own connection."""
+    start = threading.Barrier(len(passwords))
+
+    def attempt(password: str) -> int:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            start.wait()
+            answer = http.post("/rpc/login",
+                               json={"p_username": username, "p_password": password})
+            return answer.status_code
+    with ThreadPoolExecutor(len(passwords)) as pool:
+        return sorted(pool.map(attempt, passwords))
+
+
+@pytest.mark.parametrize("username", ["alice", "nobody"])
+def test_parallel_guesses_get_no_more_password_checks_than_sequential_ones(
+        db: str, gateway: Gateway, username: str) -> None:
+    """Ten wrong passwords at once: the five free failures and the one that
+    closes the name are checked (each recorded as a failure), the other four
+    wait their turn and find the name closed. A window of 300 s: no attempt
+    can outlast it, so the count does not depend on the machine's speed."""
+    create_user(db, "alice")
+    configure(db, free=5, base_s=300, max_s=300)
+    statuses = parallel_logins(gateway.url, username, [f"guess {n}" for n in range(10)])
+    assert statuses == [403] * 6 + [429] * 4
+    assert failures(db, username) == [{"failures": 6, "closed_s": 300.0}]
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        closed = http.post("/rpc/login", json={"p_username": username, "p_password": PASSWORD})
+    assert closed.status_code == 429
+    assert failures(db, username)[0]["failures"] == 6
+
+
+def test_a_spoofed_forwarded_address_does_not_buy_a_fresh_limit(
+        db: str, strict_gateway: Gateway) -> None:
+    """No proxy is configured: a client on the same host as the gateway (a
+    loopback connection) that sends X-Forwarded-For is still counted as itself."""
+    with httpx.Client(base_url=strict_gateway.url, timeout=30) as http:
+        statuses = [http.post("/rpc/login", json={"p_username": f"name{n}", "p_password": "x"},
+                              headers={"X-Forwarded-For": f"192.0.2.{n + 1}"}).status_code
+                    for n in range(4)]
+        plain = http.post("/rpc/login", json={"p_username": "name9", "p_password": "x"})
+    assert statuses == [403, 403, 403, 429]
+    assert plain.status_code == 429
+
+
+@pytest.fixture
+def proxied_gateway(db: str, tmp_path: Path) -> Iterator[Gateway]:
+    gw = Gateway(db, tmp_path / "gateway.log").start(PG_SHELL_LOGIN_ATTEMPTS_PER_MINUTE="3",
+                                                     PG_SHELL_TRUSTED_PROXIES="127.0.0.1")
+    yield gw
+    gw.stop()
+
+
+def test_behind_a_configured_proxy_the_forwarded_address_is_counted(
+        db: str, proxied_gateway: Gateway) -> None:
+    """The proxy at 127.0.0.1 is trusted: each client it forwards has its own
+    limit, and a client's own claim in front of the proxy's entry is not
+    believed (the nearest address the proxy did not write is)."""
+    def login(http: httpx.Client, forwarded_for: str, n: int) -> int:
+        return http.post("/rpc/login", json={"p_username": f"name{n}", "p_password": "x"},
+                         headers={"X-Forwarded-For": forwarded_for}).status_code
+    with httpx.Client(base_url=proxied_gateway.url, timeout=30) as http:
+        first = [login(http, "192.0.2.7", n) for n in range(4)]
+        claimed = [login(http, f"198.51.100.{n}, 192.0.2.7", n) for n in range(2)]
+        second = [login(http, "192.0.2.8", n) for n in range(4)]
+    assert first == [403, 403, 403, 429]
+    assert claimed == [429, 429]
+    assert second == [403, 403, 403, 429]
