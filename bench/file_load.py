@@ -155,13 +155,19 @@ def downloads(report: Report, pid: int, tenants: Tenants, dsn: str, parallel: in
                        statuses=dict(statuses), code=code)
 
 
-def stored_bytes(dsn: str) -> int:
-    """What the stored files take in the database (tables, indexes, TOAST)."""
+def stored_bytes(dsn: str, vacuum: bool = False) -> int:
+    """What the stored files take in the database (tables, indexes, TOAST);
+    with ``vacuum``, after VACUUM of the tables (what autovacuum leaves: an
+    upload's staged parts are deleted rows until then)."""
     admin = connect(dsn)
     try:
         tables = [t for t in (*STORED, "shell.upload_parts")
                   if query(admin, "SELECT to_regclass(%s) IS NOT NULL AS present",
                            (t,))[0]["present"]]
+        if vacuum:
+            admin.autocommit = True
+            with admin.cursor() as cur:
+                cur.execute("VACUUM " + ", ".join(tables))
         return int(query(admin, "SELECT " + " + ".join(
             f"pg_total_relation_size('{t}')" for t in tables) + " AS size")[0]["size"])
     finally:
@@ -174,7 +180,7 @@ def growth(report: Report, tenants: Tenants, dsn: str, code: str) -> None:
     session = tenants.session(2000)
     with httpx.Client(base_url=tenants.url, timeout=600) as http:
         for kind in ("new_content", "same_content"):
-            before = stored_bytes(dsn)
+            before = stored_bytes(dsn, vacuum=True)
             statuses: Counter[int] = Counter()
             for i in range(GROWTH_UPLOADS):
                 seed = f"{code} growth {i}" if kind == "new_content" else f"{code} same"
@@ -183,8 +189,10 @@ def growth(report: Report, tenants: Tenants, dsn: str, code: str) -> None:
                                    headers={**tenants.auth(2000),
                                             "Content-Type": "application/json"}).status_code] += 1
             grown = stored_bytes(dsn) - before
+            vacuumed = stored_bytes(dsn, vacuum=True) - before
             report.emit_figure(f"db_growth_per_1mib_upload_{kind}",
                                grown / GROWTH_UPLOADS / MiB, "MiB", uploads=GROWTH_UPLOADS,
+                               after_vacuum_mib=round(vacuumed / GROWTH_UPLOADS / MiB, 4),
                                statuses=dict(statuses), code=code)
 
 

@@ -219,10 +219,11 @@ class Gateway:
                 return await self._rows(request, fn, args, grammar, identity)
             if self.files.streams_download(name):
                 return await self.files.download(request, args, identity)
-            result = await self._wait(request, identity, fn, args,
-                                      lambda a: lambda: self.db.call(*self.files.finishing(fn, a),
-                                                                     identity.role,
-                                                                     identity.claims, asked))
+            async with self.files.finishing_turn(args):
+                result = await self._wait(request, identity, fn, args,
+                                          lambda a: lambda: self.db.call(
+                                              *self.files.finishing(fn, a), identity.role,
+                                              identity.claims, asked))
         except TooManyWaiters as exc:
             refused = error_response(429, "PT429", str(exc),
                                      hint=f"Try again in {exc.retry_after} seconds.")

@@ -19,6 +19,7 @@ duration only: a slow client holds no connection of the pool."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import uuid
@@ -40,6 +41,11 @@ from executor.gateway.user_limits import UserLimits
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 PART_BYTES = MiB // 4  # staged and read a part at a time; the database takes up to 4 MiB
+# Finishing an upload is the database's heaviest call (it assembles, hashes and
+# stores up to 64 MiB at once): sixteen at once on a busy 2-core database ran
+# past the statement timeout, every one of them. The gateway finishes this
+# many at a time; the others wait their turn (their bodies have all arrived).
+FINISHING_AT_ONCE = 2
 UPLOAD = "upload_file"
 DOWNLOAD = "read_file"
 _JSON_HEX_START = b'"\\\\x'  # bytea in JSON: "\\x…" (PostgreSQL's hex format in a string)
@@ -81,6 +87,7 @@ class Files:
         self.catalog = catalog
         self.max_value = max_value  # bytes of JSON any other argument may take
         self._discards: set[asyncio.Task[None]] = set()
+        self._finishing = asyncio.Semaphore(FINISHING_AT_ONCE)
 
     # -- uploads
 
@@ -123,6 +130,12 @@ class Files:
             return fn, args
         rest = {k: v for k, v in args.items() if k != "p_content"}
         return self.catalog()["upload_finish"], {"p_upload_id": staged.upload_id, **rest}
+
+    def finishing_turn(self, args: dict[str, Any]) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held while a staged upload is finished (FINISHING_AT_ONCE); nothing otherwise."""
+        if isinstance(args.get("p_content"), StagedUpload):
+            return self._finishing
+        return contextlib.nullcontext()
 
     def discard(self, identity: Identity, args: dict[str, Any]) -> None:
         """Drops a staged upload's parts in the background (also when the
