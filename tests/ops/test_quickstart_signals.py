@@ -1,6 +1,7 @@
 """ops/quickstart stops everything it started: on SIGTERM (a service manager,
 a CI job), SIGINT (Ctrl-C) and SIGHUP (a closed terminal), sent to the script
-alone, and when one of its services dies. The script really runs: on this
+alone, and when one of its services dies; killed outright (SIGKILL), its
+services still stop on their own. The script really runs: on this
 test's database (quickstart uses a DATABASE_URL that answers, and never stops
 that server), on the running engine, with the test's sandbox image, a state
 dir and a UI port of its own. A command is running in the sandbox when the
@@ -172,3 +173,15 @@ def test_a_service_that_dies_stops_quickstart_and_the_other_service(
     assert quickstart.wait_exit() == 1
     assert_nothing_left(quickstart, docker_client)
     assert "error: the UI stopped" in quickstart.output()
+
+
+@pytest.mark.timeout(READY_WITHIN_S + 2 * STOPPED_WITHIN_S)
+def test_services_stop_on_their_own_when_quickstart_is_killed_outright(
+        quickstart: Quickstart, docker_client: Any) -> None:
+    quickstart.wait_ready()
+    quickstart.proc.kill()  # SIGKILL: no trap runs
+    quickstart.proc.wait(STOPPED_WITHIN_S)
+    # The parent-death signal (SIGTERM) reached them; they drain and exit.
+    wait_for("quickstart's services to stop", lambda: not quickstart.processes(),
+             timeout=STOPPED_WITHIN_S)
+    assert_nothing_left(quickstart, docker_client)
