@@ -21,7 +21,6 @@ run_load() from here.
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import subprocess
 import sys
@@ -136,11 +135,12 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
         FROM shell.commands c WHERE id = ANY(%s) ORDER BY session_id, id""", (submitted,))
     span = call(tenant, "SELECT extract(epoch FROM max(completed_at) - min(submitted_at)) AS s "
                         "FROM shell.commands WHERE id = ANY(%s)", (submitted,))[0]["s"]
+    files = {sid: read_order_log(tenant, sid) for sid in session_ids}
     tenant.close()
     for row in rows:
         row["latency_ms"] = float(row["latency_ms"])
         row["run_ms"] = float(row["run_ms"]) if row["run_ms"] is not None else None
-    files = read_and_remove_volumes(session_ids, scope)
+    remove_volumes(session_ids, scope)
     per_worker: dict[str, int] = {proc.worker_id: 0 for proc in procs}
     for row in rows:
         if row["worker_id"] in per_worker:
@@ -148,22 +148,21 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
     return LoadResult(executors, sessions, per_session, rows, files, float(span), per_worker)
 
 
-def read_and_remove_volumes(session_ids: list[str], scope: str) -> dict[str, list[str]]:
-    """Each session's order.log, read from its volume on the host (a
-    rootful engine keeps volumes under its data root), then the volumes."""
+def read_order_log(tenant: Any, session_id: str) -> list[str]:
+    """A session's order.log as its files hold it in the database (a host's
+    volume is only a cache of them, and may already be gone)."""
+    content = call(tenant, "SELECT shell_api.read_file(%s, 'order.log') AS content",
+                   (session_id,))[0]["content"]
+    return bytes(content).decode().splitlines()
+
+
+def remove_volumes(session_ids: list[str], scope: str) -> None:
+    """The run's containers, then its sessions' volumes."""
     remove_containers(f"pg-shell.scope={scope}")
-    files: dict[str, list[str]] = {}
     names = [f"pg-shell-home-{sid}" for sid in session_ids]
     for chunk in range(0, len(names), 100):
-        batch = names[chunk:chunk + 100]
-        inspected = subprocess.run(["docker", "volume", "inspect", *batch], capture_output=True,
-                                   text=True, check=False)
-        for volume in json.loads(inspected.stdout or "[]"):
-            path = Path(volume["Mountpoint"]) / "order.log"
-            sid = volume["Name"].removeprefix("pg-shell-home-")
-            files[sid] = path.read_text().splitlines() if path.exists() else []
-        subprocess.run(["docker", "volume", "rm", "-f", *batch], capture_output=True, check=False)
-    return files
+        subprocess.run(["docker", "volume", "rm", "-f", *names[chunk:chunk + 100]],
+                       capture_output=True, check=False)
 
 
 def problems(result: LoadResult) -> list[str]:
