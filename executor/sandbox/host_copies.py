@@ -155,13 +155,6 @@ def check_floor(directory: Path, floor_bytes: int) -> None:
             "(PG_SHELL_MIN_FREE_MB)")
 
 
-def over_bound(owner_count: int, bound: int) -> VolumeError:
-    return VolumeError(
-        f"this executor host already holds copies of {owner_count} of your sessions' files, "
-        f"all in use by commands or containers being started (at most {bound} a user per "
-        "host): wait for one of them to finish, then submit the command again")
-
-
 class HostDiskLow(VolumeError):
     """The volumes' file system has less free space than the floor."""
 

@@ -143,19 +143,19 @@ def test_a_copy_in_use_is_never_evicted_nor_removed(make_sandbox, run, session_i
                                                     image) -> None:
     box = make_sandbox(disk_quota="loop", disk_quota_bytes=QUOTA, copies_per_user=1)
     volumes = box.volumes
-    first, second, other = (f"{session_id}-{n}" for n in ("a", "b", "c"))
+    first, second, third, other = (f"{session_id}-{n}" for n in ("a", "b", "c", "d"))
     with volumes.hold(first, "user-1"):
         assert run("echo kept > f", box=box, session=first).result.exit_code == 0
         # In use (between its restore and its container, say): the user's
-        # next copy is refused rather than made by taking this one.
-        with volumes.hold(second, "user-1"), pytest.raises(VolumeError, match="all in use"):
-            volumes.volume_for(second, image)
+        # next copy is made beside it, never by taking this one.
+        with volumes.hold(second, "user-1"):
+            assert run("true", box=box, session=second).result.exit_code == 0
         with pytest.raises(VolumeError, match="in use"):
             volumes.remove(first)
-    assert volumes.image_path(first).exists()
-    with volumes.hold(second, "user-1"):  # idle now: the least recently used goes
-        assert run("true", box=box, session=second).result.exit_code == 0
-    assert not volumes.image_path(first).exists()
+    assert volumes.image_path(first).exists() and volumes.image_path(second).exists()
+    with volumes.hold(third, "user-1"):  # both idle now: they go, least recent first
+        assert run("true", box=box, session=third).result.exit_code == 0
+    assert not volumes.image_path(first).exists() and not volumes.image_path(second).exists()
     with volumes.hold(other, "user-2"):  # another user's copies are not counted
         assert run("true", box=box, session=other).result.exit_code == 0
-    assert volumes.image_path(second).exists() and volumes.image_path(other).exists()
+    assert volumes.image_path(third).exists() and volumes.image_path(other).exists()
