@@ -232,13 +232,11 @@ class Settings(BaseSettings):
                     "were)")
     volumes_dir: str = Field(default="/var/lib/pg-shell/volumes",
                              description="where the session images (`loop` quota) live")
-    volumes_dir: str = Field(default="/var/lib/pg-shell/volumes",
-                             description="where the session images (`loop` quota) live")
     volumes_per_user: int = Field(
         default=8, ge=0, le=100000,
-        description="copies of one user's sessions' files a host keeps: making one more removes "
-                    "that user's least recently used copy no command uses (the files are in the "
-                    "database); 0: no bound")
+        description="idle copies of one user's sessions' files a host keeps: making one more "
+                    "removes that user's least recently used copy no command uses (the files are "
+                    "in the database); 0: no bound")
     min_free_mb: int = Field(
         default=1024, ge=0,
         description="no new session image (`loop` quota) is made while the volumes directory's "
