@@ -120,9 +120,6 @@ class ApiClient:
     def list_sessions(self) -> list[dict[str, Any]]:
         return list(self.call("list_sessions"))
 
-    def submit_command(self, session_id: str, command: str) -> int:
-        return int(self.call("submit_command", {"p_session_id": session_id, "p_command": command}))
-
     def submit_after_cursor(self, session_id: str, command: str) -> tuple[int, int]:
         """The session's change cursor read just before ``command`` is
         submitted (so no change of the command falls before it), and the

@@ -624,18 +624,10 @@ END
 $$;
 
 CREATE FUNCTION shell.collect_upload_parts() RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
     AS $$
-DECLARE
-    removed bigint;
-BEGIN
-    DELETE FROM shell.upload_parts p
-    WHERE p.created_at < now() - make_interval(secs => (SELECT value::double precision FROM shell.config
-                                                         WHERE key = 'upload_stale_after_s'));
-    GET DIAGNOSTICS removed = ROW_COUNT;
-    RETURN removed;
-END
+    SELECT shell.drop_stale_uploads(NULL)
 $$;
 
 CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
@@ -911,6 +903,26 @@ BEGIN
     RETURN sub::uuid;
 END
 $_$;
+
+CREATE FUNCTION shell.drop_stale_uploads(p_user_id uuid) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    stale interval := make_interval(secs => (SELECT value::double precision FROM shell.config
+                                             WHERE key = 'upload_stale_after_s'));
+    removed bigint;
+BEGIN
+    DELETE FROM shell.upload_parts p
+    WHERE (p.user_id, p.upload_id) IN (
+        SELECT s.user_id, s.upload_id FROM shell.upload_parts s
+        WHERE p_user_id IS NULL OR s.user_id = p_user_id
+        GROUP BY s.user_id, s.upload_id
+        HAVING max(s.created_at) < now() - stale);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END
+$$;
 
 CREATE FUNCTION shell.empty_tree() RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -3229,12 +3241,19 @@ DECLARE
     uid uuid := shell.current_user_id();
     content bytea;
     parts integer;
+    last_seq integer;
 BEGIN
-    SELECT string_agg(p.data, ''::bytea ORDER BY p.seq), count(*) INTO content, parts
+    PERFORM FROM shell.upload_parts p WHERE p.user_id = uid AND p.upload_id = p_upload_id FOR UPDATE;
+    SELECT string_agg(p.data, ''::bytea ORDER BY p.seq), count(*), max(p.seq)
+    INTO content, parts, last_seq
     FROM shell.upload_parts p WHERE p.user_id = uid AND p.upload_id = p_upload_id;
     IF parts = 0 THEN
         RAISE EXCEPTION 'no upload %', p_upload_id USING ERRCODE = '22023',
             HINT = 'Stage its parts with upload_part first (an empty file is one empty part).';
+    END IF;
+    IF last_seq <> parts - 1 THEN
+        RAISE EXCEPTION 'upload % is missing parts (% of %)', p_upload_id, parts, last_seq + 1
+            USING ERRCODE = '22023', HINT = 'Discard it (upload_discard) and upload the file again.';
     END IF;
     DELETE FROM shell.upload_parts p WHERE p.user_id = uid AND p.upload_id = p_upload_id;
     RETURN shell_api.upload_file(p_session_id, p_path, content, p_mode);
@@ -3249,10 +3268,10 @@ DECLARE
     uid uuid := shell.current_user_id();
     max_upload constant bigint := 67108864;  -- as shell_api.upload_file
     open_max integer := (SELECT value::integer FROM shell.config WHERE key = 'upload_open_max');
-    stale interval := make_interval(secs => (SELECT value::double precision FROM shell.config
-                                             WHERE key = 'upload_stale_after_s'));
+    staged_max bigint := (SELECT value::bigint FROM shell.config WHERE key = 'upload_staged_max_bytes');
     expected integer;
     staged bigint;
+    staged_by_user bigint;
 BEGIN
     IF p_upload_id IS NULL OR p_seq IS NULL OR p_data IS NULL THEN
         RAISE EXCEPTION 'p_upload_id, p_seq and p_data are required' USING ERRCODE = '22023';
@@ -3261,10 +3280,10 @@ BEGIN
         RAISE EXCEPTION 'a part is at most 4194304 bytes (this one has %)', octet_length(p_data)
             USING ERRCODE = 'PT413', HINT = 'Send the file in more, smaller parts.';
     END IF;
+    -- One user's parts one at a time, so the counts below hold.
+    PERFORM pg_advisory_xact_lock(hashtext('shell.upload_parts'), hashtext(uid::text));
     IF p_seq = 0 THEN
-        -- One user's new uploads one at a time, so the count below holds.
-        PERFORM pg_advisory_xact_lock(hashtext('shell.upload_parts'), hashtext(uid::text));
-        DELETE FROM shell.upload_parts p WHERE p.user_id = uid AND p.created_at < now() - stale;
+        PERFORM shell.drop_stale_uploads(uid);
         IF (SELECT count(DISTINCT p.upload_id) FROM shell.upload_parts p
             WHERE p.user_id = uid AND p.upload_id <> p_upload_id) >= open_max THEN
             RAISE EXCEPTION 'too many uploads in progress (at most %)', open_max
@@ -3283,6 +3302,13 @@ BEGIN
     IF staged > max_upload THEN
         RAISE EXCEPTION 'file is too large (more than % bytes)', max_upload USING ERRCODE = 'PT413',
             DETAIL = format('An upload may be at most %s bytes.', max_upload);
+    END IF;
+    SELECT coalesce(sum(octet_length(p.data)), 0) INTO staged_by_user
+    FROM shell.upload_parts p WHERE p.user_id = uid;
+    IF staged_by_user + octet_length(p_data) > staged_max THEN
+        RAISE EXCEPTION 'too many bytes staged in unfinished uploads (at most %)', staged_max
+            USING ERRCODE = 'PT429',
+                  HINT = 'Finish or discard (upload_discard) the uploads already started.';
     END IF;
     INSERT INTO shell.upload_parts (user_id, upload_id, seq, data) VALUES (uid, p_upload_id, p_seq, p_data);
     RETURN staged;

@@ -171,12 +171,15 @@ class Gateway:
         try:
             response = await self._rpc(request)
         finally:
-            staged = getattr(request.state, "staged", None)
-            if staged is not None and (response is None or response.status_code >= 400):
-                identity = identify(request.headers.get("authorization"), self.secret)
-                self.files.discard(identity, {"p_content": staged})
-            if not isinstance(response, PartsResponse):
-                release()
+            try:
+                staged = getattr(request.state, "staged", None)
+                if staged is not None and (response is None or response.status_code >= 400):
+                    # The identity the call was made with: its token may have
+                    # expired while a long upload arrived.
+                    self.files.discard(request.state.identity, {"p_content": staged})
+            finally:
+                if not isinstance(response, PartsResponse):
+                    release()
         if isinstance(response, PartsResponse):
             response.after = release
         return response
@@ -186,6 +189,7 @@ class Gateway:
             identity = identify(request.headers.get("authorization"), self.secret)
         except AuthError as exc:
             return error_response(401, "PGRST301", str(exc))
+        request.state.identity = identity
         name = request.path_params["name"]
         fn = self.catalog.get(name)
         try:

@@ -21,7 +21,6 @@ from typing import Any
 
 _WHITESPACE = b" \t\n\r"
 # PostgreSQL's hex format: pairs of digits, its four whitespace characters before any pair.
-_SPACE = b" \t\n\r"
 _SPACES = re.compile(rb"[ \t\n\r]+")
 _NOT_HEX_OR_SPACE = re.compile(rb"[^0-9A-Fa-f \t\n\r]")
 _STRING_SPECIAL = re.compile(rb'["\\]')
@@ -93,7 +92,7 @@ class ByteaText:
         if bad:
             shown = text[end:end + 4].decode("utf-8", "ignore")[:1] or "?"
             raise ByteaError("22023", f'invalid hexadecimal digit: "{shown}"')
-        clean = text.translate(None, _SPACE) if position else text
+        clean = text.translate(None, _WHITESPACE) if position else text
         self.pending = b""
         if len(clean) % 2:
             if final:

@@ -38,9 +38,6 @@ class UserLimits:
         else:
             self._requests.pop(user, None)
 
-    def in_progress(self, user: str) -> int:
-        return self._requests.get(user, 0)
-
     @contextlib.asynccontextmanager
     async def db_slot(self, user: str) -> AsyncIterator[None]:
         """One of ``user``'s database slots for the block (waiting for one if

@@ -7,14 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
 import pytest
 
-from tests.support import call, connect_as, create_user, executor, one, tenant
+from tests.support import call, connect_as, create_user, executor, one, tenant, wait_for
 
 
 @dataclass(frozen=True)
@@ -193,3 +193,23 @@ class Samples:
             target = self.taken + 2
             while self.taken < target and not stop.is_set():
                 self._cond.wait(0.5)
+
+
+def blocks_or_ends(su: psycopg2.extensions.connection, conn: psycopg2.extensions.connection,
+                   work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Starts ``work`` on ``conn`` in a thread and returns once it either
+    finished or waits for a lock another transaction holds."""
+    pid = conn.get_backend_pid()
+    result: list[Any] = []
+
+    def target() -> None:
+        try:
+            result.append(work())
+        except psycopg2.Error as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    wait_for("the statement to finish or to wait for a lock", lambda: not thread.is_alive() or one(
+        su, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)))
+    return thread, result

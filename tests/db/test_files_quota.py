@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import psycopg2
@@ -18,12 +16,13 @@ import psycopg2
 from executor.workspace.tree import EMPTY_TREE
 from tests.db.claim_support import (
     Worker,
+    blocks_or_ends,
     command_row,
     new_tenant,
     raises_sqlstate,
     superuser,
 )
-from tests.support import call, executor, one, tenant, wait_for
+from tests.support import call, executor, one, tenant
 
 MIB = 1024 * 1024
 ENTRY = 338  # what an entry with a one-letter name counts (shell.entry_bytes)
@@ -67,26 +66,6 @@ def run_to(worker: Worker, root: str, output: str = "done\n") -> int:
     worker.complete_with(cmd, json.dumps({"status": "done", "exit_code": 0, "duration_ms": 5,
                                           "root_after": root, "cwd_after": "/home/sandbox/made"}))
     return cmd.id
-
-
-def blocks_or_ends(su: psycopg2.extensions.connection, conn: psycopg2.extensions.connection,
-                   work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    """Starts ``work`` on ``conn`` in a thread and returns once it either
-    finished or waits for a lock another transaction holds."""
-    pid = conn.get_backend_pid()
-    result: list[Any] = []
-
-    def target() -> None:
-        try:
-            result.append(work())
-        except psycopg2.Error as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    wait_for("the statement to finish or to wait for a lock", lambda: not thread.is_alive() or one(
-        su, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)))
-    return thread, result
 
 
 # -- commands -----------------------------------------------------------------------
