@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -127,7 +128,10 @@ def test_a_user_beyond_her_requests_is_refused_and_her_slots_are_hers() -> None:
                 order.append("bob")
         await asyncio.gather(alice_first(), alice_second(), bob())
         return order
-    order = asyncio.run(scenario())
+    # A loop of its own in a thread of its own: an earlier test in this
+    # process (Playwright's sync API) may have left one running here.
+    with ThreadPoolExecutor(1) as thread:
+        order = thread.submit(asyncio.run, scenario()).result()
     # Bob is not kept waiting by Alice's slot; Alice's second call waits for her first.
     assert order.index("bob") < order.index("alice 1 done") < order.index("alice 2")
     assert limits._slots == {}
