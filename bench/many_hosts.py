@@ -103,9 +103,12 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
     procs = []
     for k in range(executors):
         worker_id = f"{scope}-host{k}"
+        # One engine, so one volumes directory: the index of a session's copy
+        # and the marks that keep it from being evicted in use live there,
+        # and every executor using the engine's volumes must see them.
         env = {**base_env, "PG_SHELL_WORKER_ID": worker_id,
                "PG_SHELL_SIGNING_KEY_FILE": str(work_dir / f"{worker_id}.key"),
-               "PG_SHELL_VOLUMES_DIR": str(work_dir / f"{worker_id}-volumes")}
+               "PG_SHELL_VOLUMES_DIR": str(work_dir / f"{scope}-volumes")}
         procs.append(ExecutorProcess(env, work_dir / f"{worker_id}.log").start())
     try:
         for proc in procs:
