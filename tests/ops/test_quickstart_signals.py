@@ -39,6 +39,14 @@ READY_WITHIN_S = 600
 STOPPED_WITHIN_S = 120
 
 
+def default_signals() -> None:
+    """The signals under test as a terminal delivers them: a test run started
+    in the background or under nohup passes SIGINT or SIGHUP on ignored, and
+    a shell cannot trap a signal ignored when it started."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class Quickstart:
     """ops/quickstart as a subprocess, its output (stdout and stderr) in a file."""
 
@@ -55,7 +63,7 @@ class Quickstart:
             self.proc = subprocess.Popen([str(REPO / "ops" / "quickstart")], env=self.env,
                                          stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, cwd=REPO,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=default_signals)
 
     def output(self) -> str:
         return self.out_path.read_text(errors="replace")
