@@ -28,7 +28,7 @@ GRANT USAGE ON SCHEMA shell, shell_api TO shell_user;
 GRANT EXECUTE ON FUNCTION
     shell_api.create_session(text),
     shell_api.list_sessions(),
-    shell_api.submit_command(uuid, text),
+    shell_api.submit_command(uuid, text, boolean, integer, integer, text),
     shell_api.latest_output(uuid, bigint, integer, bigint, integer),
     shell_api.latest_output_html(uuid, bigint, integer, bigint, integer),
     shell_api.session_changes(uuid, bigint, integer, boolean, integer),
@@ -55,6 +55,11 @@ GRANT EXECUTE ON FUNCTION
     shell_api.archive_session(uuid),
     shell_api.warm_session(uuid),
     shell_api.command_limits(),
+    -- interactive commands (0029_interactive)
+    shell_api.send_input(bigint, text),
+    shell_api.close_input(bigint),
+    shell_api.resize_terminal(bigint, integer, integer),
+    shell_api.command_input(bigint),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
@@ -85,7 +90,7 @@ GRANT EXECUTE ON FUNCTION
     shell.command_buttons(shell.commands),
     shell.time_limit_s()
 TO shell_user;
-GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks TO shell_user;
+GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks, shell.command_input TO shell_user;
 
 -- Executors: only their entry points.
 GRANT USAGE ON SCHEMA shell TO shell_executor;
@@ -116,6 +121,12 @@ GRANT EXECUTE ON FUNCTION
     shell.tree_listing(text),
     shell.tree_diff(text, text),
     shell.complete_upload(bigint, text, integer),
+    -- interactive commands: input delivered, echo followed, input sealed
+    shell.command_terminal(bigint, text, integer),
+    shell.pending_input(bigint, text, integer, integer),
+    shell.input_delivered(bigint, text, integer, integer, integer[]),
+    shell.terminal_echo(bigint, text, integer, boolean),
+    shell.seal_input(bigint, text, integer),
     -- the time limit the page shows a running command against
     shell.publish_time_limit(numeric)
 TO shell_executor;
@@ -125,7 +136,8 @@ TO shell_executor;
 GRANT USAGE ON SCHEMA shell TO shell_admin;
 GRANT EXECUTE ON FUNCTION
     shell.create_user(text, text),
-    shell.set_user_quota(text, integer, integer, integer, integer, integer, integer, integer, integer),
+    shell.set_user_quota(text, integer, integer, integer, integer, integer, integer, integer, integer,
+                         integer, integer, integer),
     shell.audit_history(uuid),
     shell.audit_sessions(uuid),
     shell.audit_keys(),

@@ -47,13 +47,22 @@ CREATE TABLE shell.commands (
     root_before text,
     root_after text,
     upload jsonb,
+    tty boolean DEFAULT false NOT NULL,
+    cols integer,
+    rows integer,
+    input text DEFAULT 'none'::text NOT NULL,
+    echo_off boolean DEFAULT false NOT NULL,
     CONSTRAINT commands_active_has_lease CHECK (((status <> ALL (ARRAY['claimed'::text, 'running'::text])) OR ((worker_id IS NOT NULL) AND (lease_expires_at IS NOT NULL) AND (claimed_at IS NOT NULL)))),
     CONSTRAINT commands_command_check CHECK (((octet_length(command) >= 1) AND (octet_length(command) <= 1048576))),
     CONSTRAINT commands_duration_ms_check CHECK ((duration_ms >= 0)),
+    CONSTRAINT commands_input_check CHECK ((input = ANY (ARRAY['none'::text, 'open'::text, 'closed'::text]))),
     CONSTRAINT commands_running_has_started CHECK (((status <> 'running'::text) OR (started_at IS NOT NULL))),
     CONSTRAINT commands_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text, 'done'::text, 'failed'::text, 'cancelled'::text]))),
-    CONSTRAINT commands_terminal_is_complete CHECK (((status <> ALL (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) OR (completed_at IS NOT NULL)))
+    CONSTRAINT commands_terminal_is_complete CHECK (((status <> ALL (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) OR (completed_at IS NOT NULL))),
+    CONSTRAINT commands_window CHECK (((NOT tty) OR (((cols >= 1) AND (cols <= 1000)) AND ((rows >= 1) AND (rows <= 1000)))))
 );
+
+COMMENT ON COLUMN shell.commands.input IS 'none: stdin is /dev/null; open: input may be sent (a terminal); closed: no more input will come.';
 
 CREATE TYPE shell.listing_row AS (
 	c shell.commands,
@@ -66,6 +75,32 @@ CREATE TYPE shell.listing_row AS (
 CREATE DOMAIN shell_api."application/octet-stream" AS bytea;
 
 CREATE DOMAIN shell_api."text/html" AS text;
+
+CREATE FUNCTION shell.add_input(p_command shell.commands, p_kind text, p_data text DEFAULT NULL::text, p_cols integer DEFAULT NULL::integer, p_rows integer DEFAULT NULL::integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    next_seq integer;
+    secret boolean := p_kind = 'data' AND p_command.echo_off;
+BEGIN
+    SELECT coalesce(max(i.seq) + 1, 0) INTO next_seq FROM shell.command_input i WHERE i.command_id = p_command.id;
+    INSERT INTO shell.command_input (command_id, seq, offset_ms, kind, data, length, sha256, redacted, cols, rows)
+    VALUES (p_command.id, next_seq,
+            CASE WHEN p_command.started_at IS NULL THEN 0
+                 ELSE greatest(0, floor(extract(epoch FROM clock_timestamp() - p_command.started_at) * 1000)) END,
+            p_kind, CASE WHEN secret THEN NULL ELSE p_data END,
+            coalesce(octet_length(p_data), 0),
+            CASE WHEN p_kind = 'data' THEN encode(sha256(convert_to(p_data, 'UTF8')), 'hex') END,
+            secret, p_cols, p_rows);
+    IF secret THEN
+        INSERT INTO shell.secret_input (command_id, seq, data) VALUES (p_command.id, next_seq, p_data);
+    END IF;
+    -- The payload names the command: only the executor running it acts.
+    PERFORM pg_notify('shell_input', p_command.id::text);
+    RETURN next_seq;
+END
+$$;
 
 CREATE FUNCTION shell.adopt_session(p_session_id uuid, p_host text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -511,6 +546,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.check_window(p_cols integer, p_rows integer) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+BEGIN
+    IF p_cols IS NULL OR p_rows IS NULL OR p_cols NOT BETWEEN 1 AND 1000 OR p_rows NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'window size %x% is out of range', p_cols, p_rows USING ERRCODE = '22023',
+            DETAIL = 'Columns and rows are each between 1 and 1000.';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO ''
@@ -653,6 +700,17 @@ BEGIN
     RAISE EXCEPTION 'command not found' USING ERRCODE = '22023',
         HINT = 'Use an id returned by submit_command or latest_output.';
 END
+$$;
+
+CREATE FUNCTION shell.command_terminal(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT CASE WHEN c.input = 'none' THEN NULL ELSE jsonb_build_object(
+        'tty', c.tty, 'cols', c.cols, 'rows', c.rows,
+        'idle_s', u.terminal_idle_s, 'max_s', u.terminal_max_s) END
+    FROM shell.commands c JOIN shell.users u ON u.id = c.user_id
+    WHERE c.id = (shell.held_command(p_command_id, p_worker_id, p_attempt)).id
 $$;
 
 CREATE FUNCTION shell.commit_upload(p_session_id uuid, p_path text, p_sha256 text, p_size bigint, p_mode integer) RETURNS bigint
@@ -1131,6 +1189,22 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.held_command(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS shell.commands
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    held shell.commands;
+BEGIN
+    SELECT * INTO held FROM shell.commands c WHERE c.id = p_command_id;
+    IF held.id IS NULL OR held.worker_id IS DISTINCT FROM p_worker_id
+       OR held.attempts IS DISTINCT FROM p_attempt OR held.status NOT IN ('claimed', 'running') THEN
+        PERFORM shell.lease_lost(p_command_id, p_worker_id, p_attempt, held);
+    END IF;
+    RETURN held;
+END
+$$;
+
 CREATE FUNCTION shell.hold_command_roots() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1279,6 +1353,49 @@ CREATE FUNCTION shell.image_usage() RETURNS TABLE(digest text, commands bigint, 
     FROM used u
     FULL JOIN shell.images i ON i.digest = u.digest
     ORDER BY i.promoted_at DESC NULLS LAST, u.last_used_at DESC NULLS LAST
+$$;
+
+CREATE FUNCTION shell.input_delivered(p_command_id bigint, p_worker_id text, p_attempt integer, p_upto_seq integer, p_hidden integer[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM shell.held_command(p_command_id, p_worker_id, p_attempt);
+    UPDATE shell.command_input i SET data = NULL, redacted = true
+    WHERE i.command_id = p_command_id AND i.seq = ANY (p_hidden) AND i.kind = 'data' AND NOT i.redacted;
+    UPDATE shell.command_input i SET delivered_at = clock_timestamp()
+    WHERE i.command_id = p_command_id AND i.seq <= p_upto_seq AND i.delivered_at IS NULL;
+    DELETE FROM shell.secret_input s WHERE s.command_id = p_command_id AND s.seq <= p_upto_seq;
+END
+$$;
+
+CREATE FUNCTION shell.input_target(p_command_id bigint, p_terminal boolean DEFAULT false) RETURNS shell.commands
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.commands := shell.owned_command(p_command_id);
+BEGIN
+    SELECT * INTO target FROM shell.commands c WHERE c.id = p_command_id FOR NO KEY UPDATE;
+    IF target.status NOT IN ('pending', 'claimed', 'running') THEN
+        RAISE EXCEPTION 'command % has ended', p_command_id USING ERRCODE = 'PT409',
+            HINT = 'Input reaches a command only while it is queued or running.';
+    END IF;
+    IF p_terminal AND NOT target.tty THEN
+        RAISE EXCEPTION 'command % has no terminal', p_command_id USING ERRCODE = 'PT409',
+            HINT = 'Submit it with p_tty => true to give it one.';
+    END IF;
+    IF target.input = 'none' THEN
+        RAISE EXCEPTION 'command % takes no input', p_command_id USING ERRCODE = 'PT409',
+            HINT = 'It runs without a terminal and its stdin is empty: submit it with p_tty => true '
+                   'to type into it, or give its input up front with p_stdin.';
+    END IF;
+    IF target.input = 'closed' AND NOT p_terminal THEN
+        RAISE EXCEPTION 'the input of command % is closed', p_command_id USING ERRCODE = 'PT409',
+            HINT = 'Its end of input was sent; nothing more can be sent to it.';
+    END IF;
+    RETURN target;
+END
 $$;
 
 CREATE FUNCTION shell.is_pinned(p_command_id bigint) RETURNS boolean
@@ -1697,6 +1814,19 @@ BEGIN
     END IF;
     RETURN parts;
 END
+$$;
+
+CREATE FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) RETURNS TABLE(seq integer, offset_ms bigint, kind text, data text, cols integer, rows integer)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT i.seq, i.offset_ms, i.kind, coalesce(i.data, s.data), i.cols, i.rows
+    FROM shell.command_input i
+    LEFT JOIN shell.secret_input s ON s.command_id = i.command_id AND s.seq = i.seq
+    WHERE i.command_id = (shell.held_command(p_command_id, p_worker_id, p_attempt)).id
+      AND i.seq > p_after_seq
+    ORDER BY i.seq
+    LIMIT 256
 $$;
 
 CREATE FUNCTION shell.promote_image(p_digest text) RETURNS TABLE(digest text, promoted_at timestamp with time zone, previous text)
@@ -2246,6 +2376,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell.seal_input(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS TABLE(seq integer, offset_ms bigint, kind text, sha256 text, cols integer, rows integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM shell.held_command(p_command_id, p_worker_id, p_attempt);
+    -- Under the row lock send_input takes: nothing is added after the list below.
+    UPDATE shell.commands c SET input = 'closed', echo_off = false WHERE c.id = p_command_id AND c.input <> 'none';
+    DELETE FROM shell.secret_input s WHERE s.command_id = p_command_id;
+    RETURN QUERY SELECT i.seq, i.offset_ms, i.kind, i.sha256, i.cols, i.rows
+    FROM shell.command_input i WHERE i.command_id = p_command_id ORDER BY i.seq;
+END
+$$;
+
 CREATE FUNCTION shell.session_not_found() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -2258,7 +2402,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer, p_max_files_mb integer DEFAULT NULL::integer, p_max_tree_entries integer DEFAULT NULL::integer, p_max_root_entries integer DEFAULT NULL::integer, p_max_uploads_per_minute integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint, max_files_mb bigint, max_tree_entries integer, max_root_entries integer, max_uploads_per_minute integer)
+CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer, p_max_files_mb integer DEFAULT NULL::integer, p_max_tree_entries integer DEFAULT NULL::integer, p_max_root_entries integer DEFAULT NULL::integer, p_max_uploads_per_minute integer DEFAULT NULL::integer, p_terminal_idle_s integer DEFAULT NULL::integer, p_terminal_max_s integer DEFAULT NULL::integer, p_max_inputs_per_second integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint, max_files_mb bigint, max_tree_entries integer, max_root_entries integer, max_uploads_per_minute integer, terminal_idle_s integer, terminal_max_s integer, max_inputs_per_second integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -2266,6 +2410,9 @@ BEGIN
     IF least(p_max_sessions, p_max_running, p_max_queued, p_max_output_mb, p_max_files_mb,
              p_max_tree_entries, p_max_root_entries, p_max_uploads_per_minute) < 0 THEN
         RAISE EXCEPTION 'quotas cannot be negative' USING ERRCODE = '22023';
+    END IF;
+    IF least(p_terminal_idle_s, p_terminal_max_s, p_max_inputs_per_second) < 1 THEN
+        RAISE EXCEPTION 'terminal limits must be at least 1' USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
     UPDATE shell.users u SET
@@ -2276,10 +2423,14 @@ BEGIN
         max_file_bytes = coalesce(p_max_files_mb::bigint * 1048576, u.max_file_bytes),
         max_tree_entries = coalesce(p_max_tree_entries, u.max_tree_entries),
         max_root_entries = coalesce(p_max_root_entries, u.max_root_entries),
-        max_uploads_per_minute = coalesce(p_max_uploads_per_minute, u.max_uploads_per_minute)
+        max_uploads_per_minute = coalesce(p_max_uploads_per_minute, u.max_uploads_per_minute),
+        terminal_idle_s = coalesce(p_terminal_idle_s, u.terminal_idle_s),
+        terminal_max_s = coalesce(p_terminal_max_s, u.terminal_max_s),
+        max_inputs_per_second = coalesce(p_max_inputs_per_second, u.max_inputs_per_second)
     WHERE u.username = p_username
     RETURNING u.username, u.max_sessions, u.max_running, u.max_queued, u.max_output_bytes / 1048576,
-              u.max_file_bytes / 1048576, u.max_tree_entries, u.max_root_entries, u.max_uploads_per_minute;
+              u.max_file_bytes / 1048576, u.max_tree_entries, u.max_root_entries, u.max_uploads_per_minute,
+              u.terminal_idle_s, u.terminal_max_s, u.max_inputs_per_second;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no user %', p_username USING ERRCODE = '22023';
     END IF;
@@ -2418,6 +2569,16 @@ BEGIN
         END LOOP;
         head := head + 1;
     END LOOP;
+END
+$$;
+
+CREATE FUNCTION shell.terminal_echo(p_command_id bigint, p_worker_id text, p_attempt integer, p_echo boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+BEGIN
+    PERFORM shell.held_command(p_command_id, p_worker_id, p_attempt);
+    UPDATE shell.commands c SET echo_off = NOT p_echo WHERE c.id = p_command_id;
 END
 $$;
 
@@ -2772,6 +2933,21 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION shell_api.close_input(p_command_id bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.commands := shell.input_target(p_command_id, false);
+BEGIN
+    UPDATE shell.commands c SET input = 'closed' WHERE c.id = p_command_id;
+    PERFORM shell.add_input(target, 'eof');
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.close_input(p_command_id bigint) IS 'End of input: the program reads end-of-file (on a terminal, the end-of-file character). No input after it.';
+
 CREATE FUNCTION shell_api.command_changes(p_command_id bigint) RETURNS TABLE(path text, change text, kind text, size bigint)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -2789,6 +2965,18 @@ BEGIN
     WHERE c.root_after IS NOT NULL AND c.root_before IS NOT NULL;
 END
 $$;
+
+CREATE FUNCTION shell_api.command_input(p_command_id bigint) RETURNS TABLE(seq integer, offset_ms bigint, data text, redacted boolean)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT i.seq, i.offset_ms, i.data, i.redacted
+    FROM shell.command_input i
+    WHERE i.command_id = (shell.owned_command(p_command_id)).id AND i.kind = 'data'
+    ORDER BY i.seq
+$$;
+
+COMMENT ON FUNCTION shell_api.command_input(p_command_id bigint) IS 'What was typed into a command, in order, with when (ms from its start); redacted parts have no data.';
 
 CREATE FUNCTION shell_api.command_limits() RETURNS json
     LANGUAGE plpgsql STABLE
@@ -3077,12 +3265,21 @@ DECLARE
     run_id uuid;
     run_session shell.sessions;
     original shell.commands;
+    secret bigint;
+    new_id bigint;
 BEGIN
     SELECT * INTO start FROM shell.commands c
     WHERE c.id = p_start_id AND c.session_id = source.id AND c.replay_of_command_id IS NULL;
     IF start.id IS NULL THEN
         RAISE EXCEPTION 'command % is not an original command of this session', p_start_id
             USING ERRCODE = '22023', HINT = 'Pass the id of a command submitted to this session.';
+    END IF;
+    SELECT i.command_id INTO secret FROM shell.commands c JOIN shell.command_input i ON i.command_id = c.id
+    WHERE c.session_id = source.id AND c.id >= p_start_id AND c.replay_of_command_id IS NULL AND i.redacted
+    ORDER BY i.command_id LIMIT 1;
+    IF secret IS NOT NULL THEN
+        RAISE EXCEPTION 'command % was given input with echo off (a password), which is never stored', secret
+            USING ERRCODE = 'PT409', HINT = 'Replay from a command after it.';
     END IF;
     -- Created first, then read: a volatile call in the WHERE clause would run
     -- once per existing session, and its own row is not visible to that query.
@@ -3104,12 +3301,69 @@ BEGIN
         WHERE c.session_id = source.id AND c.id >= p_start_id AND c.replay_of_command_id IS NULL
         ORDER BY c.id
     LOOP
-        PERFORM shell.enqueue(run_session, original.command, run_session.id, original.id,
-                              original.image_digest, original.upload);
+        new_id := shell.enqueue(run_session, original.command, run_session.id, original.id,
+                                original.image_digest, original.upload);
+        CONTINUE WHEN original.input = 'none';
+        INSERT INTO shell.command_input (command_id, seq, offset_ms, kind, data, length, sha256, cols, rows)
+        SELECT new_id, i.seq, i.offset_ms, i.kind, i.data, i.length, i.sha256, i.cols, i.rows
+        FROM shell.command_input i WHERE i.command_id = original.id;
+        UPDATE shell.commands c SET tty = original.tty, cols = original.cols, rows = original.rows,
+            input = CASE WHEN original.tty AND NOT EXISTS (SELECT FROM shell.command_input i
+                              WHERE i.command_id = new_id AND i.kind = 'eof') THEN 'open' ELSE 'closed' END
+        WHERE c.id = new_id;
     END LOOP;
     RETURN run_session.id;
 END
 $$;
+
+CREATE FUNCTION shell_api.resize_terminal(p_command_id bigint, p_cols integer, p_rows integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.commands;
+BEGIN
+    PERFORM shell.check_window(p_cols, p_rows);
+    -- commands.cols and rows stay the size it started with: a replay
+    -- starts there and receives the resizes at their offsets.
+    target := shell.input_target(p_command_id, true);
+    PERFORM shell.add_input(target, 'resize', NULL, p_cols, p_rows);
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.resize_terminal(p_command_id bigint, p_cols integer, p_rows integer) IS 'Sets the window size of a terminal command (1-1000 columns and rows); the program gets SIGWINCH.';
+
+CREATE FUNCTION shell_api.send_input(p_command_id bigint, p_data text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.commands;
+    per_second integer;
+BEGIN
+    IF p_data IS NULL OR p_data = '' THEN
+        RAISE EXCEPTION 'input is empty' USING ERRCODE = '22023', HINT = 'Send at least one character.';
+    END IF;
+    IF octet_length(p_data) > 65536 THEN
+        RAISE EXCEPTION 'input is too large (% bytes)', octet_length(p_data) USING ERRCODE = '22023',
+            DETAIL = 'One call may send at most 65536 bytes.', HINT = 'Send it in parts, in order.';
+    END IF;
+    target := shell.input_target(p_command_id);
+    IF target.input = 'closed' THEN  -- a terminal whose end of input was sent
+        RAISE EXCEPTION 'the input of command % is closed', p_command_id USING ERRCODE = 'PT409',
+            HINT = 'Its end of input was sent; nothing more can be sent to it.';
+    END IF;
+    SELECT u.max_inputs_per_second INTO per_second FROM shell.users u WHERE u.id = target.user_id;
+    IF (SELECT count(*) FROM shell.command_input i
+        WHERE i.command_id = p_command_id AND i.created_at > clock_timestamp() - interval '1 second') >= per_second THEN
+        RAISE EXCEPTION 'input rate limit reached (% calls a second)', per_second USING ERRCODE = 'PT429',
+            HINT = 'Try again in 1 seconds; send larger pieces less often.';
+    END IF;
+    RETURN shell.add_input(target, 'data', p_data);
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.send_input(p_command_id bigint, p_data text) IS 'Appends input (at most 64 KiB) to a queued or running command with a terminal or open stdin; returns its sequence number. Typed while the terminal has echo off, only its length and hash are kept.';
 
 CREATE FUNCTION shell_api.session_changes(p_session_id uuid, p_after_change bigint DEFAULT 0, p_limit integer DEFAULT 100, p_tail boolean DEFAULT false, p_output_limit integer DEFAULT 65536) RETURNS TABLE(id bigint, command text, output text, exit_code integer, status text, reason text, submitted_at timestamp with time zone, started_at timestamp with time zone, completed_at timestamp with time zone, duration_ms integer, change_seq bigint, output_offset bigint, output_bytes bigint, output_cut boolean)
     LANGUAGE plpgsql STABLE
@@ -3164,10 +3418,13 @@ CREATE FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint D
     FROM shell.tree_page(shell.root_at(p_session_id, p_command_id), p_after, p_limit) l
 $$;
 
-CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text) RETURNS bigint
+CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text, p_tty boolean DEFAULT false, p_cols integer DEFAULT 80, p_rows integer DEFAULT 24, p_stdin text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
+DECLARE
+    new_id bigint;
+    cmd shell.commands;
 BEGIN
     -- \x0b is the vertical tab: E'\v' is not an escape in PostgreSQL (it is "v").
     IF p_command IS NULL OR btrim(p_command, E' \t\r\n\f\x0b') = '' THEN
@@ -3178,9 +3435,36 @@ BEGIN
             USING ERRCODE = 'PT413', DETAIL = 'A command may be at most 1048576 bytes.',
                   HINT = 'Put long scripts in a file in the session and run the file.';
     END IF;
-    RETURN shell.enqueue(shell.owned_session(p_session_id), p_command);
+    IF p_tty IS NULL THEN
+        RAISE EXCEPTION 'p_tty must be true or false' USING ERRCODE = '22023';
+    END IF;
+    IF p_tty THEN
+        PERFORM shell.check_window(p_cols, p_rows);
+    END IF;
+    IF octet_length(p_stdin) > 1048576 THEN
+        RAISE EXCEPTION 'input is too large (% bytes)', octet_length(p_stdin) USING ERRCODE = '22023',
+            DETAIL = 'Input given with the command may be at most 1048576 bytes.',
+            HINT = 'Upload larger input as a file and redirect it: cmd < file.';
+    END IF;
+    new_id := shell.enqueue(shell.owned_session(p_session_id), p_command);
+    IF NOT p_tty AND p_stdin IS NULL THEN
+        RETURN new_id;
+    END IF;
+    UPDATE shell.commands c SET tty = p_tty,
+        cols = CASE WHEN p_tty THEN p_cols END, rows = CASE WHEN p_tty THEN p_rows END,
+        input = CASE WHEN p_tty THEN 'open' ELSE 'closed' END
+    WHERE c.id = new_id RETURNING * INTO cmd;
+    IF p_stdin <> '' THEN
+        PERFORM shell.add_input(cmd, 'data', p_stdin);
+    END IF;
+    IF NOT p_tty THEN
+        PERFORM shell.add_input(cmd, 'eof');
+    END IF;
+    RETURN new_id;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.submit_command(p_session_id uuid, p_command text, p_tty boolean, p_cols integer, p_rows integer, p_stdin text) IS 'Queues a command in a session; with p_tty it runs on a terminal of p_cols x p_rows that takes input until it ends, with p_stdin that text is all of its stdin. Returns the command''s id.';
 
 CREATE FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text) RETURNS shell_api."text/html"
     LANGUAGE plpgsql
@@ -3367,6 +3651,28 @@ CREATE TABLE shell.chain_checkpoints (
     CONSTRAINT chain_checkpoints_removed_check CHECK ((removed > 0))
 );
 
+CREATE TABLE shell.command_input (
+    command_id bigint NOT NULL,
+    seq integer NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    offset_ms bigint NOT NULL,
+    kind text NOT NULL,
+    data text,
+    length integer DEFAULT 0 NOT NULL,
+    sha256 text,
+    redacted boolean DEFAULT false NOT NULL,
+    cols integer,
+    rows integer,
+    delivered_at timestamp with time zone,
+    CONSTRAINT command_input_check CHECK (((kind <> 'data'::text) OR ((sha256 IS NOT NULL) AND (redacted = (data IS NULL))))),
+    CONSTRAINT command_input_check1 CHECK (((kind <> 'resize'::text) OR (((cols >= 1) AND (cols <= 1000)) AND ((rows >= 1) AND (rows <= 1000))))),
+    CONSTRAINT command_input_kind_check CHECK ((kind = ANY (ARRAY['data'::text, 'resize'::text, 'eof'::text]))),
+    CONSTRAINT command_input_offset_ms_check CHECK ((offset_ms >= 0)),
+    CONSTRAINT command_input_seq_check CHECK ((seq >= 0))
+);
+
+COMMENT ON TABLE shell.command_input IS 'What was typed into (or given to) a command, in order; redacted rows keep only length and SHA-256.';
+
 ALTER TABLE shell.commands ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME shell.commands_id_seq
     START WITH 1
@@ -3440,6 +3746,14 @@ CREATE TABLE shell.output_chunks (
     CONSTRAINT output_chunks_seq_check CHECK ((seq >= 0))
 );
 
+CREATE UNLOGGED TABLE shell.secret_input (
+    command_id bigint NOT NULL,
+    seq integer NOT NULL,
+    data text NOT NULL
+);
+
+COMMENT ON TABLE shell.secret_input IS 'The bytes of redacted input until the executor delivered them; nobody but the functions reads it.';
+
 CREATE TABLE shell.signing_keys (
     key_id text NOT NULL,
     public_key text NOT NULL,
@@ -3492,7 +3806,11 @@ CREATE TABLE shell.users (
     max_tree_entries integer DEFAULT 10000 NOT NULL,
     max_root_entries integer DEFAULT 200000 NOT NULL,
     max_uploads_per_minute integer DEFAULT 60 NOT NULL,
+    terminal_idle_s integer DEFAULT 900 NOT NULL,
+    terminal_max_s integer DEFAULT 7200 NOT NULL,
+    max_inputs_per_second integer DEFAULT 100 NOT NULL,
     CONSTRAINT users_max_file_bytes_check CHECK ((max_file_bytes >= 0)),
+    CONSTRAINT users_max_inputs_per_second_check CHECK ((max_inputs_per_second > 0)),
     CONSTRAINT users_max_output_bytes_check CHECK ((max_output_bytes >= 0)),
     CONSTRAINT users_max_queued_check CHECK ((max_queued >= 0)),
     CONSTRAINT users_max_root_entries_check CHECK ((max_root_entries >= 0)),
@@ -3500,6 +3818,8 @@ CREATE TABLE shell.users (
     CONSTRAINT users_max_sessions_check CHECK ((max_sessions >= 0)),
     CONSTRAINT users_max_tree_entries_check CHECK ((max_tree_entries >= 0)),
     CONSTRAINT users_max_uploads_per_minute_check CHECK ((max_uploads_per_minute >= 0)),
+    CONSTRAINT users_terminal_idle_s_check CHECK ((terminal_idle_s > 0)),
+    CONSTRAINT users_terminal_max_s_check CHECK ((terminal_max_s > 0)),
     CONSTRAINT users_username_check CHECK ((username ~ '^[a-z_][a-z0-9_.-]{0,62}$'::text))
 );
 
@@ -3511,6 +3831,9 @@ ALTER TABLE ONLY shell.blobs
 
 ALTER TABLE ONLY shell.chain_checkpoints
     ADD CONSTRAINT chain_checkpoints_pkey PRIMARY KEY (session_id);
+
+ALTER TABLE ONLY shell.command_input
+    ADD CONSTRAINT command_input_pkey PRIMARY KEY (command_id, seq);
 
 ALTER TABLE ONLY shell.commands
     ADD CONSTRAINT commands_pkey PRIMARY KEY (id);
@@ -3541,6 +3864,9 @@ ALTER TABLE ONLY shell.migrations
 
 ALTER TABLE ONLY shell.output_chunks
     ADD CONSTRAINT output_chunks_pkey PRIMARY KEY (command_id, seq);
+
+ALTER TABLE ONLY shell.secret_input
+    ADD CONSTRAINT secret_input_pkey PRIMARY KEY (command_id, seq);
 
 ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_pkey PRIMARY KEY (id);
@@ -3633,6 +3959,9 @@ ALTER TABLE ONLY shell.blob_chunks
 ALTER TABLE ONLY shell.chain_checkpoints
     ADD CONSTRAINT chain_checkpoints_session_id_fkey FOREIGN KEY (session_id) REFERENCES shell.sessions(id);
 
+ALTER TABLE ONLY shell.command_input
+    ADD CONSTRAINT command_input_command_id_fkey FOREIGN KEY (command_id) REFERENCES shell.commands(id);
+
 ALTER TABLE ONLY shell.commands
     ADD CONSTRAINT commands_replay_of_command_id_fkey FOREIGN KEY (replay_of_command_id) REFERENCES shell.commands(id);
 
@@ -3684,6 +4013,12 @@ ALTER TABLE shell.blobs ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.chain_checkpoints ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE shell.command_input ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY command_input_owner ON shell.command_input FOR SELECT TO shell_user USING ((EXISTS ( SELECT
+   FROM shell.commands c
+  WHERE ((c.id = command_input.command_id) AND (c.user_id = ( SELECT shell.current_user_id() AS current_user_id))))));
+
 ALTER TABLE shell.commands ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY commands_owner ON shell.commands FOR SELECT TO shell_user USING ((user_id = ( SELECT shell.current_user_id() AS current_user_id)));
@@ -3707,6 +4042,8 @@ ALTER TABLE shell.output_chunks ENABLE ROW LEVEL SECURITY;
 CREATE POLICY output_chunks_owner ON shell.output_chunks FOR SELECT TO shell_user USING ((EXISTS ( SELECT
    FROM shell.commands c
   WHERE ((c.id = output_chunks.command_id) AND (c.user_id = ( SELECT shell.current_user_id() AS current_user_id))))));
+
+ALTER TABLE shell.secret_input ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.sessions ENABLE ROW LEVEL SECURITY;
 
