@@ -105,6 +105,7 @@ class Completion:
     env_after: Mapping[str, str] | None = None  # None: the environment it started with
     root_after: str | None = None  # None: the files it started with
     host: str | None = None  # not a fact: the host whose copy now holds root_after
+    input_sha256: str | None = None  # of the input it took (None: it took none)
 
 
 class Claimed(Protocol):
@@ -164,6 +165,7 @@ def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Com
         "root_after": claimed.root if outcome.root_after is None else outcome.root_after,
         "host": outcome.host, "chain_seq": position.seq, "chain_prev": position.prev,
         "upload": None,  # an executor runs commands; the database applies uploads
+        "input_sha256": outcome.input_sha256,
     })
 
 

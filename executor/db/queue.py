@@ -150,7 +150,8 @@ class Listener:
     """LISTEN on the executor's channels; NOTIFY is only a hint, so callers
     also poll."""
 
-    CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions", "shell_archived")
+    CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions", "shell_archived",
+                "shell_input")
 
     def __init__(self, db: ExecutorDatabase) -> None:
         self._db = db

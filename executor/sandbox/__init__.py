@@ -16,7 +16,7 @@ from .errors import (
     VolumeError,
 )
 from .images import DEFAULT_REPOSITORY, EngineImage, Images, repository_of
-from .model import Limits, RunRequest, RunResult
+from .model import Interaction, Limits, RunRequest, RunResult
 from .runner import Sandbox, sandbox_from
 from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_SESSION, LABEL_WORKER
 
@@ -32,6 +32,7 @@ __all__ = [
     "ImageNotFound",
     "Images",
     "InvalidSessionId",
+    "Interaction",
     "Limits",
     "RunRequest",
     "RunResult",

@@ -20,11 +20,24 @@ class Limits:
     fsize_bytes: int = 64 * MiB
     tmpfs_bytes: int = 16 * MiB
     output_cap_bytes: int = 1 * MiB
+    terminal_output_cap_bytes: int = 64 * MiB  # a terminal redraws: `top` for an hour is megabytes
     disk_quota_bytes: int = 256 * MiB  # size of the session's ext4 image
     # After the command, not the runtime's: how long its files may take to
     # save (the scan, then 1 s more per capture_bytes_per_s changed bytes).
     capture_base_s: float = 30.0
     capture_bytes_per_s: int = 4 * MiB
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """A command that takes input: on a terminal of cols x rows (``tty``),
+    or with a stdin pipe. Its time limits are the tenant's for terminals."""
+
+    tty: bool
+    cols: int = 80
+    rows: int = 24
+    idle_s: float = 900.0  # ended after this long without input or output
+    max_s: float = 7200.0  # instead of the batch time limit
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,7 @@ class RunRequest:
     cwd: str  # the session's cwd at claim time
     env: dict[str, str] = field(hash=False)  # the session's exported env at claim time
     image: str  # an immutable image id (sha256:…) or a tag
+    interaction: Interaction | None = None  # None: stdin is /dev/null
 
 
 @dataclass(frozen=True)

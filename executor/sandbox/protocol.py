@@ -22,7 +22,8 @@ from .output import OutputCapper
 HEADER = struct.Struct(">cI")
 MAX_PAYLOAD = 8 * 1024 * 1024  # a manifest batch is at most ~300 KiB; output frames are 64 KiB
 MAX_SKIPPED = 100  # the scan's skipped entries kept (the M frame lists as many)
-KNOWN = frozenset(b"osSxmMfdFre")
+KNOWN = frozenset(b"osSxmMfdFrekt")
+SEQ = struct.Struct(">I")
 
 
 class ProtocolError(Exception):
@@ -35,6 +36,19 @@ def frame(kind: bytes, payload: bytes = b"") -> bytes:
 
 def json_frame(kind: bytes, obj: object) -> bytes:
     return frame(kind, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def input_frame(seq: int, data: bytes) -> bytes:
+    """Input ``seq`` for the command (its terminal or stdin pipe)."""
+    return frame(b"i", SEQ.pack(seq) + data)
+
+
+def end_of_input_frame(seq: int) -> bytes:
+    return frame(b"z", SEQ.pack(seq))
+
+
+def window_frame(cols: int, rows: int) -> bytes:
+    return json_frame(b"w", {"cols": cols, "rows": rows})
 
 
 class FrameDecoder:
@@ -78,6 +92,18 @@ class FileReceiver(Protocol):
     def end(self, ok: bool, error: str | None) -> None: ...
 
 
+class InputFeed(Protocol):
+    """Where a command's input comes from (executor/worker/input_feed.py):
+    started once the command is handed over, told what the supervisor
+    reports of it, stopped when the command is over."""
+
+    def start(self, send: Callable[[bytes], None]) -> None: ...
+    def delivered(self, seq: int, echo: bool) -> None: ...
+    def echo_changed(self, echo: bool) -> None: ...
+    def last_input(self) -> float: ...  # time.monotonic() of the last input delivered
+    def stop(self) -> None: ...
+
+
 @dataclass
 class ScanReport:
     """What the supervisor's M frame says about its walk, besides the entries."""
@@ -95,6 +121,7 @@ class Conversation:
     capper: OutputCapper
     files: FileReceiver | None = None
     reply: Callable[[bytes], None] = lambda _data: None
+    inputs: InputFeed | None = None
     state: bytes | None = None
     state_overflow: bool = False
     status: int | None = None
@@ -163,6 +190,13 @@ class Conversation:
             self.restore_error = None if self.restored else str(end.get("error"))
         elif kind == b"e":
             self.ended = True
+        elif kind == b"k" and self.inputs is not None:
+            ack = _json(payload)
+            self.inputs.delivered(int(ack["seq"]), ack.get("echo") is not False)
+        elif kind == b"t" and self.inputs is not None:
+            # Before the output read after the change: a prompt for a
+            # password reaches the database only once its input is redacted.
+            self.inputs.echo_changed(_json(payload).get("echo") is not False)
 
 
 def _json(payload: bytes) -> Any:

@@ -23,17 +23,14 @@ from docker.utils.socket import frames_iter
 from .containers import Containers, Started
 from .engine import ENGINE_ERRORS, connect, engine_error
 from .errors import SandboxError
-from .model import Limits, RunRequest, RunResult
+from .model import Interaction, Limits, RunRequest, RunResult
 from .output import OutputCapper
 from .ownership import ABANDONED_AFTER_S, abandoned
-from .protocol import Conversation, FileReceiver, ProtocolError, json_frame
+from .protocol import Conversation, FileReceiver, InputFeed, ProtocolError, json_frame
 from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, session_env, warm_labels
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 from .watch import Frames, Watch, pump
-
-if TYPE_CHECKING:
-    pass
 
 if TYPE_CHECKING:
     from executor.config import Settings
@@ -44,7 +41,8 @@ EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_OOM = 137  # 128 + SIGKILL, what the shell would show
 EXIT_CANCELLED = 130  # 128 + SIGINT: "interrupted by the user"
 # How the note under a command's output names why it did not finish.
-UNFINISHED_WORDS = {"timeout": "timed out", "cancelled": "cancelled"}
+UNFINISHED_WORDS = {"timeout": "timed out", "idle": "ended for being idle",
+                    "cancelled": "cancelled"}
 
 RESTORE_TIMEOUT_S = 600
 
@@ -136,13 +134,15 @@ class Sandbox:
         on_created: OnStarted = lambda _container_id: None,
         files: FileReceiver | None = None,
         warm: Started | None = None,
+        feed: InputFeed | None = None,
     ) -> RunResult:
         """``on_created`` runs after the container exists and before the
         command can run in it (the caller records that it may run);
         ``on_started`` once it runs, before the command is sent. ``warm``: a
         container of ``warm()`` for this session, used instead of a new one.
         With ``files``, the supervisor reports the home's manifest after the
-        command and sends the files ``files.wanted`` asks for."""
+        command and sends the files ``files.wanted`` asks for. ``feed``
+        gives the input of a command with ``req.interaction``."""
         if warm is None:
             volume = self.volumes.volume_for(req.session_id, req.image)
             started = self.containers.start(req.image, command_labels(req, self.scope), volume,
@@ -156,10 +156,14 @@ class Sandbox:
                 raise
         request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
                                     "env": session_env(req.env), "capture": files is not None,
-                                    "max_entries": files.max_entries if files else None})
+                                    "max_entries": files.max_entries if files else None,
+                                    **_interaction_fields(req.interaction)})
+        cap = (self.limits.terminal_output_cap_bytes if req.interaction and req.interaction.tty
+               else self.limits.output_cap_bytes)
         try:
             on_started(started.container_id)
-            conversation = Conversation(OutputCapper(self.limits.output_cap_bytes), files)
+            conversation = Conversation(OutputCapper(cap), files,
+                                        inputs=feed if req.interaction else None)
             watch = self._supervise(req, started, request, on_output, cancel, conversation)
             return self._result(req, started.container_id, conversation, watch)
         except BaseException:
@@ -231,11 +235,19 @@ class Sandbox:
         exit_status: dict[str, Any] = {}
         container_id = started.container_id
 
+        sending = threading.Lock()  # the request, then input, then the files asked for
+
         def send(data: bytes) -> None:
-            try:
-                started.raw.sendall(data)
-            except OSError:
-                pass  # the container died first; its exit status says why
+            with sending:
+                try:
+                    started.raw.sendall(data)
+                except OSError:
+                    pass  # the container died first; its exit status says why
+
+        def hand_over(data: bytes) -> None:
+            send(data)
+            if conversation.inputs is not None:
+                conversation.inputs.start(send)
 
         def wait_exit() -> None:
             try:
@@ -249,16 +261,21 @@ class Sandbox:
         # The time limit runs from the hand-over: a warm container may have
         # waited long before its command came.
         handed_over = time.monotonic()
-        threads = ((send, (request,)), (pump, (frames_iter(started.sock, tty=False), frames, stop)),
-                   (wait_exit, ()))
+        threads = ((hand_over, (request,)),
+                   (pump, (frames_iter(started.sock, tty=False), frames, stop)), (wait_exit, ()))
         for target, args in threads:
             threading.Thread(target=target, args=args,
                              name=f"sandbox-{target.__name__}-{req.command_id}",
                              daemon=True).start()
         try:
-            watch = Watch(self.containers.kill, self.limits, req, container_id,
-                          handed_over, cancel)
-            watch.collect(conversation, on_output, frames, exited)
+            feed = conversation.inputs
+            watch = Watch(self.containers.kill, self.limits, req, container_id, handed_over,
+                          cancel, feed.last_input if feed else lambda: 0.0)
+            try:
+                watch.collect(conversation, on_output, frames, exited)
+            finally:
+                if feed is not None:
+                    feed.stop()
             if "error" in exit_status:
                 exc = exit_status["error"]
                 raise engine_error(exc, "wait for container", container_id) from exc
@@ -278,14 +295,14 @@ class Sandbox:
         # trip on the critical path.
         killed = (exit_code >= 128 or exit_code < 0) and reason is None
         info = self.containers.inspect(container_id) if killed else {}
-        if reason == "timeout":
+        if reason in ("timeout", "idle"):
             exit_code = EXIT_TIMEOUT
         elif reason == "cancelled":
             exit_code = EXIT_CANCELLED
         elif killed and info["State"].get("OOMKilled"):
             reason, exit_code = "oom", EXIT_OOM
 
-        if reason in ("timeout", "cancelled") or conversation.status is None:
+        if reason in UNFINISHED_WORDS or conversation.status is None:
             # A report may have raced the kill; the command did not finish,
             # so keep the session as it was.
             state = resolve_state(None, False, req.cwd, req.env, self.shell_root)
@@ -381,6 +398,15 @@ class Sandbox:
                 self.remove_container(container_id)
                 removed.append(container_id)
         return removed
+
+
+def _interaction_fields(interaction: Interaction | None) -> dict[str, Any]:
+    """What the supervisor's c frame says of the command's input."""
+    if interaction is None:
+        return {}
+    if interaction.tty:
+        return {"tty": {"cols": interaction.cols, "rows": interaction.rows}}
+    return {"stdin": True}
 
 
 def sandbox_from(settings: Settings) -> Sandbox:

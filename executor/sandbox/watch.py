@@ -70,9 +70,15 @@ class Watch:
     after it), and the cancel flag."""
 
     def __init__(self, kill: Callable[[str], None], limits: Limits, req: RunRequest,
-                 container_id: str, started: float, cancel: threading.Event) -> None:
+                 container_id: str, started: float, cancel: threading.Event,
+                 last_input: Callable[[], float] = lambda: 0.0) -> None:
         self.kill = kill
-        self.timeout_s = limits.timeout_s
+        # A terminal command has the tenant's limits: a maximum duration,
+        # and an idle limit on time without input or output.
+        interaction = req.interaction
+        self.timeout_s = interaction.max_s if interaction else limits.timeout_s
+        self.idle_s = interaction.idle_s if interaction and interaction.tty else None
+        self.last_input = last_input
         self.capture_base_s = limits.capture_base_s
         self.capture_bytes_per_s = limits.capture_bytes_per_s
         self.req = req
@@ -91,6 +97,7 @@ class Watch:
         asked = False  # the files were asked for: the deadline knows their bytes
         stream_done = False
         exited_at: float | None = None
+        last_output = self.started
         while not (stream_done and exited.is_set()):
             if conversation.ended and self.reason is None and not exit_needed(conversation.status):
                 break  # the supervisor has said all it will: the container's exit adds nothing
@@ -109,6 +116,9 @@ class Watch:
                 self._stop("cancelled")
             elif self.reason is None and now >= deadline:
                 self._stop("timeout" if ended_at is None else "capture timeout")
+            elif (self.reason is None and ended_at is None and self.idle_s is not None
+                  and now - max(last_output, self.last_input()) >= self.idle_s):
+                self._stop("idle")
             if exited.is_set() and exited_at is None:
                 exited_at = now
             if exited_at is not None and now - exited_at > STREAM_GRACE_S:
@@ -124,6 +134,7 @@ class Watch:
                 stream_done = True
                 continue
             stream, data = item
+            last_output = now
             if stream != 1:
                 continue  # the supervisor writes nothing to stderr; Python's own crash would
             try:

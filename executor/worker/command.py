@@ -24,12 +24,21 @@ from executor.audit.records import (
 from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db.queue import ExecutorDatabase
+from executor.db.terminal import TerminalDatabase, command_terminal
 from executor.db.workspace import WorkspaceStore
-from executor.sandbox import EngineUnavailable, RunRequest, RunResult, Sandbox, SandboxError
+from executor.sandbox import (
+    EngineUnavailable,
+    Interaction,
+    RunRequest,
+    RunResult,
+    Sandbox,
+    SandboxError,
+)
 from executor.workspace.capture import Capture
 from executor.workspace.host import HostFiles
 from executor.workspace.restore import RestoreFailed
 
+from .input_feed import InputFeed
 from .outcome import SHUTDOWN, Outcome, Run, outcome_of
 from .output_writer import OutputWriter
 from .promotion import ImagePromotion
@@ -76,7 +85,8 @@ class CommandLife:
 
     def __init__(self, settings: Settings, worker_id: str, sandbox: Sandbox, signer: Signer,
                  files: HostFiles, images: ImagePromotion, warm: WarmPool,
-                 stop: threading.Event, remove: Callable[[str], None]) -> None:
+                 stop: threading.Event, remove: Callable[[str], None],
+                 terminal_db: Callable[[], TerminalDatabase]) -> None:
         self._flush_s = settings.output_flush_interval_s
         self._notify_s = settings.output_notify_interval_s
         self._worker_id = worker_id  # the loop's: one id per process, whichever claims
@@ -88,6 +98,7 @@ class CommandLife:
         self._warm = warm
         self._stop = stop
         self._remove = remove  # a finished command's container, off the critical path
+        self._terminal_db = terminal_db  # a connection for a command's input
 
     def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
         cmd = run.claimed
@@ -111,14 +122,16 @@ class CommandLife:
             return
         default_image = self._images.current  # a promotion meanwhile applies to the next command
         image = self._images.for_command(cmd, default_image)
+        interaction = self._interaction(db, run)
         save_output = metrics.counting_output(
             lambda seq, data, notify: db.append_output(cmd, self._worker_id, seq, data, notify))
         writer = OutputWriter(save_output, self._flush_s,
-                              lambda: db.announce_output(cmd, self._worker_id), self._notify_s)
+                              lambda: db.announce_output(cmd, self._worker_id), self._notify_s,
+                              eager=interaction is not None and interaction.tty)
         progress = _Progress(db, self._worker_id, run, image, default_image, writer)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self._worker_id, command=cmd.command, cwd=cmd.cwd,
-                             env=dict(cmd.env), image=image)
+                             env=dict(cmd.env), image=image, interaction=interaction)
         try:
             capture, result = self._run_until_engine_answers(request, store, progress)
         except RestoreFailed as exc:
@@ -129,7 +142,21 @@ class CommandLife:
             writer.close()
             self._engine_failed(db, progress, exc)
             return
+        finally:
+            if run.feed is not None:
+                run.input_sha256 = run.feed.seal()
         self._finish(db, progress, capture, result)
+
+    def _interaction(self, db: ExecutorDatabase, run: Run) -> Interaction | None:
+        """How the command takes input, with the feed that delivers it; None
+        for a command without input."""
+        found = command_terminal(db, run.claimed, self._worker_id)
+        if found is None:
+            return None
+        run.feed = InputFeed(self._terminal_db(), run.claimed, self._worker_id)
+        return Interaction(tty=bool(found["tty"]), cols=int(found["cols"] or 80),
+                           rows=int(found["rows"] or 24), idle_s=float(found["idle_s"]),
+                           max_s=float(found["max_s"]))
 
     def _run_until_engine_answers(self, request: RunRequest, store: WorkspaceStore,
                                   progress: _Progress) -> tuple[Capture, RunResult]:
@@ -152,7 +179,7 @@ class CommandLife:
                 raise
             return capture, self._sandbox.run(request, progress.on_started, progress.writer.write,
                                               run.cancel, on_created=progress.on_created,
-                                              files=capture, warm=started)
+                                              files=capture, warm=started, feed=run.feed)
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(
@@ -180,7 +207,7 @@ class CommandLife:
             self._complete(db, run, Completion(
                 status="failed", exit_code=None, reason=reason,
                 output_sha256=progress.writer.output_sha256, image_digest=progress.image,
-                started_at=run.started_at))
+                started_at=run.started_at, input_sha256=run.input_sha256))
         elif progress.created.is_set() or not self._stop.is_set():
             metrics.CONTAINER_START_FAILURES.inc()
             self._complete_unstarted(db, run, f"container failed to start: {exc}")
@@ -205,7 +232,8 @@ class CommandLife:
             started_at=run.started_at, truncated=result.truncated,
             duration_ms=int(result.duration_s * 1000), cwd_after=result.cwd,
             env_after=result.env, root_after=files.root_after,
-            host=self._host_id if files.captured is not None else None))
+            host=self._host_id if files.captured is not None else None,
+            input_sha256=run.input_sha256))
         self._files.committed(cmd.session_id, files)
         if result.reason is None:  # the session is in use: its next command starts warm
             self._warm.prepare(cmd.session_id, self._images.current, cmd.user_id,

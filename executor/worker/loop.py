@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db.queue import ExecutorDatabase, Listener
+from executor.db.terminal import TerminalDatabase
 from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
 from executor.sandbox import Sandbox, SandboxError
@@ -99,7 +100,9 @@ class Worker:
                               self.settings.warm_idle_s, self.settings.warm_per_user)
         self._copies = ArchivedCopies(self._sandbox, self._warm)
         self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
-                                 self._files, images, self._warm, self._stop, self._remove_later)
+                                 self._files, images, self._warm, self._stop, self._remove_later,
+                                 lambda: TerminalDatabase(self._dsn, self.settings.executor_role,
+                                                          name="pg-shell-executor input"))
         db = self._database("start-up")
         images.follow(db)
         db.register_key(self._signer.public_key_hex, self.worker_id)
@@ -170,7 +173,9 @@ class Worker:
             timeout = min(timeout, max(0.0, self._recheck_at - time.monotonic()))
             self._recheck_at = None
         for channel, payload in self._listener.wait(timeout, self._wake_r):
-            if channel == "shell_cancel" and payload.isdigit():
+            if channel == "shell_input" and payload.isdigit():
+                self._input(int(payload))
+            elif channel == "shell_cancel" and payload.isdigit():
                 self._cancel(int(payload), "cancelled")
             elif channel == "shell_sessions" and self._images is not None:
                 self._warm.adopt(payload, self._images.current, self._adopt)
@@ -203,6 +208,12 @@ class Worker:
             self._copies.drop(self._archiving, [session_id])
         except (PgShellError, SandboxError) as exc:
             log.warning("session_id=%s archived, copy not removed yet: %s", session_id[:64], exc)
+
+    def _input(self, command_id: int) -> None:
+        with self._runs_lock:
+            run = self._runs.get(command_id)
+        if run is not None and run.feed is not None:
+            run.feed.announce()
 
     def _cancel(self, command_id: int, reason: str) -> None:
         with self._runs_lock:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from executor.db.queue import ClaimedCommand
+
+if TYPE_CHECKING:
+    from .input_feed import InputFeed
 
 SHUTDOWN = "executor shutdown"
 LEASE_LOST = "lease lost"
@@ -21,13 +25,13 @@ class Outcome:
 
 
 def outcome_of(exit_code: int, sandbox_reason: str | None, kill_reason: str | None) -> Outcome:
-    """``sandbox_reason`` is what the sandbox saw (timeout, oom, cancelled);
+    """``sandbox_reason`` is what the sandbox saw (timeout, idle, oom, cancelled);
     ``kill_reason`` is why the executor stopped the container, if it did."""
     if sandbox_reason == "cancelled":
         if kill_reason and kill_reason != "cancelled":
             return Outcome("failed", exit_code, kill_reason)
         return Outcome("cancelled", exit_code, "cancelled")
-    if sandbox_reason in ("timeout", "oom"):
+    if sandbox_reason in ("timeout", "idle", "oom"):
         return Outcome("failed", exit_code, sandbox_reason)
     return Outcome("done", exit_code, None)
 
@@ -41,6 +45,8 @@ class Run:
     kill_reason: str | None = None
     started_at: str | None = None  # the executor's clock, for the result record
     claimed_monotonic: float = field(default_factory=time.monotonic)
+    feed: InputFeed | None = None  # delivers its input (a command that takes input)
+    input_sha256: str | None = None  # of all the input it took, once sealed
 
     def stop(self, reason: str) -> None:
         if not self.cancel.is_set():

@@ -24,9 +24,15 @@ log = logging.getLogger(__name__)
 class OutputWriter:
     def __init__(self, flush: Callable[[int, str, bool], None], interval_s: float,
                  announce: Callable[[], None] | None = None,
-                 notify_interval_s: float = 0.0) -> None:
+                 notify_interval_s: float = 0.0, eager: bool = False) -> None:
         """``flush(seq, text, notify)`` stores a chunk (waking listeners if
-        ``notify``); ``announce()`` wakes them for chunks stored quietly."""
+        ``notify``); ``announce()`` wakes them for chunks stored quietly.
+        ``eager``: output is flushed and announced as soon as it comes (a
+        terminal's echo must not wait for batching made for throughput;
+        what comes during a flush still makes one batch)."""
+        self._eager = threading.Event()
+        if eager:
+            interval_s = notify_interval_s = 0.0
         self._flush = flush
         self._interval_s = interval_s
         self._announce = announce
@@ -47,6 +53,8 @@ class OutputWriter:
         if text:
             with self._lock:
                 self._pending.append(text)
+            if self._interval_s == 0.0:
+                self._eager.set()
 
     def _drain(self) -> None:
         with self._lock:
@@ -79,7 +87,12 @@ class OutputWriter:
         return self._sha256.hexdigest()
 
     def _loop(self) -> None:
-        while not self._closed.wait(self._interval_s):
+        while True:
+            if self._interval_s == 0.0:
+                self._eager.wait()
+                self._eager.clear()
+            if self._closed.wait(self._interval_s):
+                return
             try:
                 self._drain()
             except PgShellError as exc:  # the lease is gone; the worker settles that
@@ -90,6 +103,7 @@ class OutputWriter:
         """Stops the flusher and writes what is left, announced (capturing
         the files may hold the completion back)."""
         self._closed.set()
+        self._eager.set()
         self._thread.join()
         self._notify_interval_s = 0.0
         self._drain()
