@@ -144,6 +144,8 @@ GRANT EXECUTE ON FUNCTION
     -- `audit verify --files`: trees and blobs read to recompute their hashes
     shell.audit_trees(text[]),
     shell.audit_blobs(text[]),
+    -- the input each record's input_sha256 is recomputed from (0030_audit_input)
+    shell.audit_input(uuid),
     shell.blob_chunk(text, integer),
     shell.register_signing_key(text, text),
     shell.retention_sessions(timestamptz, uuid, integer),

@@ -316,6 +316,18 @@ CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURN
     ORDER BY c.session_id, c.chain_seq NULLS LAST, c.id
 $$;
 
+CREATE FUNCTION shell.audit_input(p_session_id uuid) RETURNS TABLE(command_id bigint, seq integer, offset_ms bigint, kind text, data text, length integer, sha256 text, redacted boolean, cols integer, rows integer)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT i.command_id, i.seq, i.offset_ms, i.kind, i.data, i.length, i.sha256, i.redacted, i.cols, i.rows
+    FROM shell.command_input i JOIN shell.commands c ON c.id = i.command_id
+    WHERE c.session_id = p_session_id
+    ORDER BY i.command_id, i.seq
+$$;
+
+COMMENT ON FUNCTION shell.audit_input(p_session_id uuid) IS 'Every input row of a session''s commands, in order, for the audit; redacted rows have no data.';
+
 CREATE FUNCTION shell.audit_keys() RETURNS TABLE(key_id text, public_key text, worker_id text, registered_at timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''

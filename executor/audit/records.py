@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,9 +21,10 @@ from typing import Any, Protocol
 # sits (sql/migrations/0017_limits_quotas_audit.sql); version 4 the upload
 # the entry applied (null for a command), so the database's record of an
 # upload, which no executor signs, vouches for what was put where
-# (sql/migrations/0025_audit_uploads_files.sql). Earlier records stay valid
-# for what they state.
-RECORD_VERSION = 4
+# (sql/migrations/0025_audit_uploads_files.sql); version 5 the SHA-256 of
+# the input the command took (null without input; DESIGN.md §13). Earlier
+# records stay valid for what they state.
+RECORD_VERSION = 5
 DATABASE_SIGNER = "database"
 FACT_FIELDS_V1 = (
     "command_id", "session_id", "user_id", "command_sha256", "status", "exit_code", "reason",
@@ -32,12 +33,13 @@ FACT_FIELDS_V1 = (
 )
 FACT_FIELDS_V2 = (*FACT_FIELDS_V1, "root_before", "root_after")
 FACT_FIELDS_V3 = (*FACT_FIELDS_V2, "chain_seq", "chain_prev")
-FACT_FIELDS = (*FACT_FIELDS_V3, "upload")
+FACT_FIELDS_V4 = (*FACT_FIELDS_V3, "upload")
+FACT_FIELDS = (*FACT_FIELDS_V4, "input_sha256")
 
 
 def fact_fields(version: object) -> tuple[str, ...]:
     """The facts a record of this version vouches for."""
-    return {1: FACT_FIELDS_V1, 2: FACT_FIELDS_V2, 3: FACT_FIELDS_V3}.get(
+    return {1: FACT_FIELDS_V1, 2: FACT_FIELDS_V2, 3: FACT_FIELDS_V3, 4: FACT_FIELDS_V4}.get(
         version if isinstance(version, int) else 0, FACT_FIELDS)
 
 
@@ -49,6 +51,21 @@ def binds_position(record: Mapping[str, Any]) -> bool:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def input_sha256(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The hash of a command's input stream as its result record states it
+    (None: it took no input): one line per row, its sequence number, offset,
+    kind, and the SHA-256 of its bytes or its window size, so redacted
+    input counts by its hash alone."""
+    if not rows:
+        return None
+
+    def line(r: Mapping[str, Any]) -> str:
+        what = r["sha256"] or (f"{r['cols']}x{r['rows']}" if r["kind"] == "resize" else "")
+        return f"{r['seq']} {r['offset_ms']} {r['kind']} {what}\n"
+
+    return hashlib.sha256("".join(map(line, rows)).encode()).hexdigest()
 
 
 def canonical(obj: dict[str, Any]) -> str:
@@ -84,6 +101,7 @@ def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
         "chain_seq": row.get("chain_seq"),
         "chain_prev": row.get("chain_prev"),
         "upload": row.get("upload"),
+        "input_sha256": input_sha256(row.get("input") or []),
     }
 
 

@@ -52,7 +52,8 @@ _PLACEMENT = (DELETED, REORDERED)
 _POSITION = ("chain_seq", "chain_prev")
 
 # A fact that differs is reported under the row field it is computed from.
-_ROW_FIELD = {"output_sha256": "output", "command_sha256": "command", "attempt": "attempts"}
+_ROW_FIELD = {"output_sha256": "output", "command_sha256": "command", "attempt": "attempts",
+              "input_sha256": "input"}
 _ABSENT = object()
 
 
@@ -270,6 +271,10 @@ def _check_record(sid: str, link: Mapping[str, Any], keys: Mapping[str, str],
                        f"the row's {_ROW_FIELD.get(name, name)} no longer matches the record "
                        f"({name}: record {shown}, row {json.dumps(facts[name])[:80]})",
                        _ROW_FIELD.get(name, name))
+    for given in link.get("input") or []:
+        data = given.get("data")
+        if data is not None and sha256_hex(data) != given.get("sha256"):
+            return brk(EDITED, f"input {given.get('seq')} no longer matches its hash", "input")
     chunks = link.get("chunks_sha256")
     if chunks is not None and chunks != record["output_sha256"]:
         return brk(EDITED, "the stored output chunks no longer match the record", "output_chunks")

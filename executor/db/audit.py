@@ -37,10 +37,20 @@ def history(conn: Connection, session_id: str | None = None
     """Each session with a chain and its links, one session in memory at a time."""
     for session in sessions(conn, session_id):
         session["session_id"] = str(session["session_id"])
+        given = inputs(conn, session["session_id"])
         rows: list[Mapping[str, Any]] = [
-            {**row, "session_id": str(row["session_id"]), "user_id": str(row["user_id"])}
+            {**row, "session_id": str(row["session_id"]), "user_id": str(row["user_id"]),
+             **({"input": given[row["command_id"]]} if row["command_id"] in given else {})}
             for row in links(conn, session["session_id"])]
         yield session, rows
+
+
+def inputs(conn: Connection, session_id: str) -> dict[int, list[dict[str, Any]]]:
+    """The input rows of the session's commands, by command."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for row in query(conn, "SELECT * FROM shell.audit_input(%s::uuid)", (session_id,)):
+        found.setdefault(int(row.pop("command_id")), []).append(row)
+    return found
 
 
 def register_key(conn: Connection, public_key_hex: str, owner: str) -> str:

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from executor.audit.records import input_sha256
 from executor.db.database import Database
 from executor.db.queue import ClaimedCommand, ExecutorDatabase
 
@@ -21,19 +22,6 @@ class InputRow:
     data: str | None
     cols: int | None
     rows: int | None
-
-
-def input_sha256(rows: list[dict[str, Any]]) -> str:
-    """The hash of a command's input stream as its result record states it:
-    one line per row (sequence, offset, kind, and the SHA-256 of the bytes
-    or the window size), so redacted input counts by its hash alone."""
-    import hashlib
-
-    def line(r: dict[str, Any]) -> str:
-        what = r["sha256"] or (f"{r['cols']}x{r['rows']}" if r["kind"] == "resize" else "")
-        return f"{r['seq']} {r['offset_ms']} {r['kind']} {what}\n"
-
-    return hashlib.sha256("".join(map(line, rows)).encode()).hexdigest()
 
 
 def command_terminal(db: Database, cmd: ClaimedCommand, worker_id: str) -> dict[str, Any] | None:
@@ -64,7 +52,7 @@ class TerminalDatabase(ExecutorDatabase):
         self.call("SELECT shell.terminal_echo(%s, %s, %s, %s)",
                   (cmd.command_id, worker_id, cmd.attempt, echo))
 
-    def seal_input(self, cmd: ClaimedCommand, worker_id: str) -> str:
-        """Closes the command's input; the hash of all it took."""
+    def seal_input(self, cmd: ClaimedCommand, worker_id: str) -> str | None:
+        """Closes the command's input; the hash of all it took (None: none)."""
         return input_sha256(self.call("SELECT * FROM shell.seal_input(%s, %s, %s)",
                                       (cmd.command_id, worker_id, cmd.attempt)))

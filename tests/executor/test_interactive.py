@@ -4,11 +4,13 @@ the idle limit, and the errors a client meets."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg2
 import pytest
 
+from tests.audit.conftest import verify
 from tests.support import call, one
 
 from .conftest import Shell
@@ -137,3 +139,53 @@ def test_input_errors_say_what_to_do(daemon, shell, make_shell):
     one(shell.conn, "SELECT shell_api.close_input(%s)", (term,))
     row = shell.wait(term)
     assert (row["status"], row["exit_code"]) == ("done", 0)
+
+
+def test_the_signed_record_vouches_for_the_input(daemon, shell, db):
+    cid = submit_terminal(shell, 'read -p "? " a; read -s -p "pw: " b; echo "$a ${#b}"')
+    wait_output(shell, cid, "? ")
+    send(shell, cid, "typed\r")
+    wait_output(shell, cid, "pw: ")
+    send(shell, cid, "secret\r")
+    assert "typed 6" in shell.wait(cid)["output"]
+    code, report = verify(db)
+    assert (code, report["intact"]) == (0, True), report
+    owner = psycopg2.connect(db)
+    owner.autocommit = True
+    try:
+        record = json.loads(one(owner, "SELECT result_record FROM shell.commands WHERE id = %s",
+                                (cid,)))
+        assert record["v"] == 5 and len(record["input_sha256"]) == 64
+        call(owner, "UPDATE shell.command_input SET data = 'other\r' WHERE command_id = %s "
+             "AND seq = 0", (cid,))
+        code, report = verify(db)
+        assert (code, report["breaks"][0]["field"]) == (1, "input"), report
+        call(owner, "UPDATE shell.command_input SET data = 'typed\r', offset_ms = offset_ms + 1 "
+             "WHERE command_id = %s AND seq = 0", (cid,))
+        code, report = verify(db)
+        assert (code, report["breaks"][0]["field"]) == (1, "input"), report
+    finally:
+        owner.close()
+
+
+def test_a_replay_types_the_recorded_input_again(daemon, shell):
+    cid = submit_terminal(shell, 'read -p "name? " n; echo "hi $n" > greeting; cat greeting')
+    wait_output(shell, cid, "name? ")
+    send(shell, cid, "ada\r")
+    assert "hi ada" in shell.wait(cid)["output"]
+    run_id = one(shell.conn, "SELECT shell_api.replay_session(%s, %s)", (shell.session_id, cid))
+    replayed = one(shell.conn, "SELECT id FROM shell.commands WHERE session_id = %s", (run_id,))
+    row = shell.wait(replayed)
+    assert (row["status"], row["tty"]) == ("done", True) and "hi ada" in row["output"]
+    assert call(shell.conn, "SELECT data FROM shell_api.command_input(%s)",
+                (replayed,)) == [{"data": "ada\r"}]
+
+
+def test_a_replay_that_would_need_a_password_is_refused(daemon, shell):
+    cid = submit_terminal(shell, 'read -s -p "pw: " p')
+    wait_output(shell, cid, "pw: ")
+    send(shell, cid, "secret\r")
+    shell.wait(cid)
+    with pytest.raises(psycopg2.Error) as refused:
+        one(shell.conn, "SELECT shell_api.replay_session(%s, %s)", (shell.session_id, cid))
+    assert refused.value.pgcode == "PT409" and str(cid) in refused.value.diag.message_primary
