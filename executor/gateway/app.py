@@ -40,7 +40,7 @@ from executor.gateway.grammar import bigint, is_grammar
 from executor.gateway.json_stream import ByteaError, NulInText
 from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
 from executor.gateway.metrics_route import read_queue_depth
-from executor.gateway.status import http_status
+from executor.gateway.status import hinted_retry_after, http_status
 from executor.gateway.throttle import AddressThrottle, retry_after
 from executor.gateway.user_limits import UserLimits
 from executor.worker.metrics_server import serve_metrics
@@ -237,8 +237,12 @@ class Gateway:
             return api_error_response(exc)
         except DatabaseError as exc:
             status = http_status(exc.sqlstate, identity.authenticated)
-            return error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail,
-                                  exc.hint)
+            refused = error_response(status, exc.sqlstate or "PGRST000", str(exc), exc.detail,
+                                     exc.hint)
+            seconds = hinted_retry_after(exc.sqlstate, exc.hint)
+            if seconds is not None:
+                refused.headers["Retry-After"] = seconds
+            return refused
         response = self._answer(request, fn, result)
         if asked.status is not None:  # set by the function, as PostgREST honours it
             response.status_code = asked.status

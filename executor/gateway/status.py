@@ -24,3 +24,13 @@ def http_status(sqlstate: str | None, authenticated: bool) -> int:
     if sqlstate in _BY_CODE:
         return _BY_CODE[sqlstate]
     return _BY_CLASS.get(sqlstate[:2], 400)
+
+
+def hinted_retry_after(sqlstate: str | None, hint: str | None) -> str | None:
+    """Retry-After for a PT429 the database raised, from the seconds its hint
+    names ("Try again in 1 seconds."), so clients back off as they do for
+    the gateway's own 429s."""
+    import re
+
+    found = re.search(r"\bin (\d+) seconds?\b", hint or "") if sqlstate == "PT429" else None
+    return found.group(1) if found else None
