@@ -66,6 +66,12 @@ def register(commands: Commands) -> None:
                        help="most entries (files, directories, links) a session's home may hold")
     quota.add_argument("--uploads-per-minute", type=int, metavar="N",
                        help="most uploads the user may make in a minute (429 beyond)")
+    quota.add_argument("--terminal-idle-s", type=int, metavar="S",
+                       help="a terminal command ends after this long without input or output")
+    quota.add_argument("--terminal-max-s", type=int, metavar="S",
+                       help="the longest a terminal command may run")
+    quota.add_argument("--inputs-per-second", type=int, metavar="N",
+                       help="most send_input calls a second to one command (429 beyond)")
     quota.add_argument("--json", action="store_true", help="print JSON")
     quota.set_defaults(handler=cmd_user_quota)
 
@@ -121,12 +127,16 @@ def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
     with as_admin(settings.require_database_url(), "user quota") as conn:
         row = db_admin.set_quota(conn, args.username, args.sessions, args.running, args.queued,
                                  args.output_mb, args.files_mb, args.tree_entries,
-                                 args.root_entries, args.uploads_per_minute)
+                                 args.root_entries, args.uploads_per_minute,
+                                 args.terminal_idle_s, args.terminal_max_s,
+                                 args.inputs_per_second)
     print(json.dumps(row) if args.json else
           f"{row['username']}: sessions {row['max_sessions']}, running {row['max_running']}, "
           f"queued {row['max_queued']}, output {row['max_output_mb']} MiB, "
           f"files {row['max_files_mb']} MiB, {row['max_tree_entries']} entries a directory, "
-          f"{row['max_root_entries']} a home, {row['max_uploads_per_minute']} uploads a minute")
+          f"{row['max_root_entries']} a home, {row['max_uploads_per_minute']} uploads a minute, "
+          f"terminals idle {row['terminal_idle_s']} s and at most {row['terminal_max_s']} s, "
+          f"{row['max_inputs_per_second']} inputs a second")
     return 0
 
 

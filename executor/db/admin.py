@@ -16,10 +16,14 @@ def create_user(conn: Connection, username: str, password: str) -> str:
 def set_quota(conn: Connection, username: str, sessions: int | None, running: int | None,
               queued: int | None, output_mb: int | None = None, files_mb: int | None = None,
               tree_entries: int | None = None, root_entries: int | None = None,
-              uploads_per_minute: int | None = None) -> dict[str, Any]:
-    return query(conn, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+              uploads_per_minute: int | None = None, terminal_idle_s: int | None = None,
+              terminal_max_s: int | None = None,
+              inputs_per_second: int | None = None) -> dict[str, Any]:
+    return query(conn, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                 "%s, %s, %s)",
                  (username, sessions, running, queued, output_mb, files_mb, tree_entries,
-                  root_entries, uploads_per_minute))[0]
+                  root_entries, uploads_per_minute, terminal_idle_s, terminal_max_s,
+                  inputs_per_second))[0]
 
 
 def jwt_secret(conn: Connection) -> str:

@@ -82,8 +82,10 @@ def test_pg_shell_user_quota_sets_the_output_quota(db):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["max_output_mb"] == 7
     done = subprocess.run([sys.executable, "-m", "executor.cli.main", "user", "quota", "alice",
-                           "--sessions", "4", "--files-mb", "3", "--uploads-per-minute", "5"],
+                           "--sessions", "4", "--files-mb", "3", "--uploads-per-minute", "5",
+                           "--terminal-idle-s", "60"],
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith(
-        "output 7 MiB, files 3 MiB, 10000 entries a directory, 200000 a home, 5 uploads a minute")
+        "output 7 MiB, files 3 MiB, 10000 entries a directory, 200000 a home, 5 uploads a minute, "
+        "terminals idle 60 s and at most 7200 s, 100 inputs a second")
