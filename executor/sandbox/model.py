@@ -31,7 +31,7 @@ class Limits:
 @dataclass(frozen=True)
 class Interaction:
     """A command that takes input: on a terminal of cols x rows (``tty``),
-    or with a stdin pipe. Its time limits are the tenant's for terminals."""
+    or with a stdin pipe. A terminal's time limits are the tenant's."""
 
     tty: bool
     cols: int = 80

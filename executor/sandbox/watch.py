@@ -74,10 +74,11 @@ class Watch:
                  last_input: Callable[[], float] = lambda: 0.0) -> None:
         self.kill = kill
         # A terminal command has the tenant's limits: a maximum duration,
-        # and an idle limit on time without input or output.
-        interaction = req.interaction
-        self.timeout_s = interaction.max_s if interaction else limits.timeout_s
-        self.idle_s = interaction.idle_s if interaction and interaction.tty else None
+        # and an idle limit on time without input or output. Input given
+        # up front leaves a command a batch one.
+        terminal = req.interaction if req.interaction and req.interaction.tty else None
+        self.timeout_s = terminal.max_s if terminal else limits.timeout_s
+        self.idle_s = terminal.idle_s if terminal else None
         self.last_input = last_input
         self.capture_base_s = limits.capture_base_s
         self.capture_bytes_per_s = limits.capture_bytes_per_s
