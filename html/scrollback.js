@@ -68,9 +68,13 @@ function updateInPlace(existing, incoming) {
   for (const { name, value } of [...incoming.attributes]) existing.setAttribute(name, value);
   existing.classList.toggle("collapsed", collapsed);
   const out = pre(existing);
-  const added = appendOutput(out, pre(incoming));
+  // A terminal command's output is drawn from its raw bytes by html/tty/
+  // in a .tty-view beside the (hidden) <pre>: the HTML copy is not kept
+  // and the view stays as the <pre> does.
+  const view = existing.querySelector(":scope > .tty-view");
+  const added = view ? "" : appendOutput(out, pre(incoming));
   for (const child of [...existing.children]) {
-    if (child !== out) child.remove();
+    if (child !== out && child !== view) child.remove();
   }
   let before = true;
   for (const child of [...incoming.children]) {
@@ -78,6 +82,7 @@ function updateInPlace(existing, incoming) {
     if (child.matches("p.cut")) continue;  // drawn by fitOutput
     if (before && out) existing.insertBefore(child, out); else existing.append(child);
   }
+  if (view) return added;
   fitOutput(existing, isTall(existing));
   if (out && Number(out.dataset.end) < Number(out.dataset.bytes) && ACTIVE.has(existing.dataset.status)) {
     fill(existing);  // a running command's output: keep it whole

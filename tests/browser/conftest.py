@@ -45,13 +45,14 @@ def open_terminal(browser: Any, stack: Gateway, db: str) -> Iterator[Callable[..
     contexts: list[Any] = []
     users: set[str] = set()
 
-    def open_(username: str = "alice", width: int = 1000, height: int = 700) -> Terminal:
+    def open_(username: str = "alice", width: int = 1000, height: int = 700,
+              tty: bool = False) -> Terminal:
         if username not in users:
             create_user(db, username)
             users.add(username)
         context = browser.new_context(viewport={"width": width, "height": height})
         contexts.append(context)
-        terminal = Terminal(context.new_page(), stack.url)
+        terminal = Terminal(context.new_page(), stack.url, tty=tty)
         terminal.login(username)
         return terminal
 

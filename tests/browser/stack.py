@@ -28,11 +28,15 @@ def launch_chromium(pw: Any) -> Any:
 
 
 class Terminal:
-    """The page as a user drives it."""
+    """The page as a user drives it. Commands typed at its prompt run with
+    plain output (HTML fragments) unless ``tty``: the page's default is a
+    terminal (its "tty" switch on), which tests/browser/test_interactive.py
+    drives; the other tests and bench.ui are about the fragments."""
 
-    def __init__(self, page: Any, url: str) -> None:
+    def __init__(self, page: Any, url: str, tty: bool = False) -> None:
         self.page = page
         self.url = url
+        self.tty = tty
         self.dialogs: list[str] = []
         page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
 
@@ -43,6 +47,9 @@ class Terminal:
 
     def login(self, username: str, password: str = PASSWORD) -> None:
         self.page.goto(self.url + "/")
+        # The switch is kept per origin (localStorage), read at each submit.
+        self.page.evaluate("mode => localStorage.setItem('pg_shell.tty', mode)",
+                           "on" if self.tty else "off")
         self.page.fill("#login-form [name=p_username]", username)
         self.page.fill("#login-form [name=p_password]", password)
         self.page.click("#login-form button[type=submit]")
