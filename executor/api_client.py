@@ -28,10 +28,17 @@ class ApiClient:
         self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
+        self._token = token
+        self._timeout = timeout
         self._http = Connection(self.url, timeout)
 
     def close(self) -> None:
         self._http.close()
+
+    def another(self) -> ApiClient:
+        """A client of the same user over a connection of its own: for calls
+        made while this one waits on a long-poll (a terminal's keys)."""
+        return ApiClient(self.url, self._token, self._timeout)
 
     def __enter__(self) -> Self:
         return self
@@ -120,14 +127,54 @@ class ApiClient:
     def list_sessions(self) -> list[dict[str, Any]]:
         return list(self.call("list_sessions"))
 
-    def submit_after_cursor(self, session_id: str, command: str) -> tuple[int, int]:
+    def submit_after_cursor(self, session_id: str, command: str, *,
+                            window: tuple[int, int] | None = None,
+                            stdin: str | None = None) -> tuple[int, int]:
         """The session's change cursor read just before ``command`` is
         submitted (so no change of the command falls before it), and the
-        command's id: one round trip."""
+        command's id: one round trip. With ``window`` (columns, rows) the
+        command runs on a terminal of that size; ``stdin`` is all of its
+        input. Neither is sent unless given, so a server from before
+        terminals still takes a plain command."""
+        args: dict[str, Any] = {"p_session_id": session_id, "p_command": command}
+        if window is not None:
+            args.update(p_tty=True, p_cols=window[0], p_rows=window[1])
+        if stdin is not None:
+            args["p_stdin"] = stdin
         cursor, command_id = self.call_each(
-            ("session_cursor", {"p_session_id": session_id}),
-            ("submit_command", {"p_session_id": session_id, "p_command": command}))
+            ("session_cursor", {"p_session_id": session_id}), ("submit_command", args))
         return int(cursor), int(command_id)
+
+    # A command's input (a terminal's keys, or a pipe's data).
+
+    def send_input(self, command_id: int, data: str) -> int:
+        """Appends ``data`` (at most 64 KiB of UTF-8) to the command's input;
+        its sequence number. RateLimited past the input rate."""
+        return int(self.call("send_input", {"p_command_id": command_id, "p_data": data}))
+
+    def close_input(self, command_id: int) -> None:
+        self.call("close_input", {"p_command_id": command_id})
+
+    def resize_terminal(self, command_id: int, cols: int, rows: int) -> None:
+        self.call("resize_terminal", {"p_command_id": command_id, "p_cols": cols, "p_rows": rows})
+
+    def command_input(self, command_id: int) -> list[dict[str, Any]]:
+        """seq, offset_ms, data, redacted: what was typed into the command."""
+        return list(self.call("command_input", {"p_command_id": command_id}))
+
+    def command_status(self, command_id: int) -> str:
+        """The command's status now (a page of one byte of its output)."""
+        return str(self.call("read_output", {"p_command_id": command_id, "p_offset": 0,
+                                             "p_limit": 1})[0]["status"])
+
+    def find_command(self, session_id: str, command_id: int) -> dict[str, Any] | None:
+        """The command's latest_output row (without its output) if it is one
+        of the session's, else None."""
+        rows = self.call("latest_output", {"p_session_id": session_id,
+                                           "p_since_id": command_id - 1,
+                                           "p_before_id": command_id + 1, "p_limit": 1,
+                                           "p_output_limit": 0})
+        return dict(rows[0]) if rows else None
 
     def latest_output(self, session_id: str, since_id: int = 0,
                       limit: int = 20) -> list[dict[str, Any]]:
@@ -222,6 +269,26 @@ def _bytea(value: Any) -> bytes:
     raise ApiUnavailable("the API answered with a value that is not bytea in hex format")
 
 
+class RateLimited(ApiError):
+    """429: too many requests; ``retry_after`` is how many seconds to wait
+    before the same request may succeed."""
+
+    def __init__(self, message: str, retry_after: float, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.retry_after = retry_after
+
+
+def _retry_after(response: Response, hint: str | None) -> float:
+    """Retry-After's seconds; else the "Try again in N seconds" a function
+    raising PT429 gives as its hint (no header comes with those); else 1."""
+    for text, pattern in ((response.headers.get("retry-after", ""), r"\s*(\d+)\s*"),
+                          (hint or "", r".*?[Tt]ry again in (\d+) second.*")):
+        found = re.fullmatch(pattern, text, re.DOTALL)
+        if found:
+            return max(1.0, float(found.group(1)))
+    return 1.0
+
+
 def _error(response: Response) -> ApiError:
     """The error body ({code, message, details, hint}) as an ApiError."""
     try:
@@ -230,10 +297,16 @@ def _error(response: Response) -> ApiError:
         body = None
     if not isinstance(body, dict) or not body.get("message"):
         reason = response.reason_phrase or "error"
-        return ApiError(f"the API answered HTTP {response.status_code} {reason}",
-                        status=response.status_code)
-    return ApiError(str(body["message"]), code=_text(body.get("code")), status=response.status_code,
-                    details=_text(body.get("details")), hint=_text(body.get("hint")))
+        message = f"the API answered HTTP {response.status_code} {reason}"
+        if response.status_code == 429:
+            return RateLimited(message, _retry_after(response, None), status=429)
+        return ApiError(message, status=response.status_code)
+    fields: dict[str, Any] = {
+        "code": _text(body.get("code")), "status": response.status_code,
+        "details": _text(body.get("details")), "hint": _text(body.get("hint"))}
+    if response.status_code == 429:
+        return RateLimited(str(body["message"]), _retry_after(response, fields["hint"]), **fields)
+    return ApiError(str(body["message"]), **fields)
 
 
 def _text(value: Any) -> str | None:

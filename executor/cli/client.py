@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 
 from executor.api_client import ApiClient
@@ -16,9 +17,11 @@ from executor.cli.follow import (
     Printer,
     ending,
     exit_status,
+    follow_to_end,
     one_line,
     when,
 )
+from executor.cli.stdin_input import piped_stdin
 from executor.cli.token import load_token, save_token, token_path
 from executor.client_settings import ClientSettings, load_client_settings
 from executor.errors import ApiError, PgShellError
@@ -64,12 +67,18 @@ def session_of(args: argparse.Namespace, settings: ClientSettings, client: ApiCl
 
 
 class _HelpFormatter(argparse.HelpFormatter):
-    """Wraps the description; keeps the examples' lines as written."""
+    """Wraps the description, each paragraph (after a blank line) on its
+    own; keeps the examples' lines as written."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if text.startswith("examples:"):
             return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
+        import textwrap  # as argparse's own _fill_text does: only when help is shown
+
+        # Not broken at hyphens: `pg-shell attach` stays whole.
+        return "\n\n".join(textwrap.fill(" ".join(part.split()), width, initial_indent=indent,
+                                         subsequent_indent=indent, break_on_hyphens=False)
+                           for part in text.split("\n\n"))
 
 
 def add_command(commands: Commands, name: str, summary: str, description: str,
@@ -126,15 +135,56 @@ def _register_commands(commands: Commands) -> None:
     run = add_command(commands, "run", "run a command and stream its output",
                       "Run COMMAND in a session and print its output as it arrives; exit with the "
                       "command's exit code. A command that fails (timeout, out of memory) or is "
-                      "cancelled exits non-zero with the reason on stderr. Ctrl-C cancels the "
-                      "command (exit 130). The words of COMMAND are joined by spaces and run by a "
-                      "shell in the sandbox, so quote what your local shell would expand.",
+                      "cancelled exits non-zero with the reason on stderr. The words of COMMAND "
+                      "are joined by spaces and run by a shell in the sandbox, so quote what your "
+                      "local shell would expand.\n\n"
+                      "On a terminal (-t; the default when stdin and stdout are both terminals) "
+                      "the command runs on a terminal of its own, the size of yours: REPLs, "
+                      "prompts, editors and pagers work. Your terminal is in raw mode meanwhile "
+                      "and put back as it was when the command ends: every key goes to the "
+                      "program, Ctrl-C included (it interrupts the program, as in a local "
+                      "terminal), and window-size changes follow. SIGTERM or SIGHUP detaches, "
+                      "leaving the command running: `pg-shell attach COMMAND_ID` rejoins it, "
+                      "`pg-shell cancel COMMAND_ID` stops it (from another terminal too). A "
+                      "terminal command is stopped after a while without input or output.\n\n"
+                      "Without a terminal (-T, or stdin or stdout not a terminal), Ctrl-C cancels "
+                      "the command (exit 130), and what is piped or redirected into stdin is the "
+                      "command's stdin: read whole before the command is submitted, at most 1 MiB "
+                      "of UTF-8 text (upload larger or binary input with `pg-shell cp` and "
+                      "redirect it in the command). A terminal, /dev/null or an empty pipe give "
+                      "it no input. -n never reads stdin: for a loop that reads its own lines "
+                      "from it, or a pipe whose writer keeps it open. With -t, what is piped in "
+                      "is typed into the terminal, then its end-of-file character (Ctrl-D).",
                       "  pg-shell run ls -la\n  pg-shell run 'cd src && make 2>&1 | tail'\n"
-                      "  pg-shell run --session 3f2c… 'echo $HOME'")
+                      "  pg-shell run --session 3f2c… 'echo $HOME'\n"
+                      "  pg-shell run python3                  # a REPL, on a terminal\n"
+                      "  printf 'a\\nb\\n' | pg-shell run 'wc -l'  # stdin is the command's\n"
+                      "  while read f; do pg-shell run -n \"wc -c $f\"; done < list")
     _session_option(run)
+    terminal = run.add_mutually_exclusive_group()
+    terminal.add_argument("-t", "--tty", dest="tty", action="store_const", const=True,
+                          default=None, help="run the command on a terminal (the default when "
+                                             "stdin and stdout are terminals)")
+    terminal.add_argument("-T", "--no-tty", dest="tty", action="store_const", const=False,
+                          help="run it without a terminal")
+    run.add_argument("-n", "--no-stdin", action="store_true",
+                     help="never read stdin (otherwise a pipe or file on stdin is the "
+                          "command's input)")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...",
                      help="the command line")
     run.set_defaults(handler=cmd_run)
+
+    attach = add_command(commands, "attach", "join a running terminal command",
+                         "Join COMMAND_ID, a command running on a terminal (`pg-shell run -t`, "
+                         "perhaps detached or started elsewhere): print its output so far, then "
+                         "follow it live, with your keys and window size forwarded as `run -t` "
+                         "does; exit with its exit code. SIGTERM or SIGHUP detaches again. The "
+                         "command is looked for in SESSION first, then in your other sessions.",
+                         "  pg-shell attach 42")
+    _session_option(attach)
+    attach.add_argument("command_id", type=int, metavar="COMMAND_ID",
+                        help="a running terminal command")
+    attach.set_defaults(handler=cmd_attach)
 
     tail = add_command(commands, "tail", "show the last commands; -f follows new ones",
                        "Show the last commands of a session with their output; with "
@@ -243,15 +293,21 @@ def cmd_run(args: argparse.Namespace, settings: ClientSettings) -> int:
     command = " ".join(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if not command.strip():
         raise PgShellError("no command given: pg-shell run COMMAND...")
+    terminal = args.tty if args.tty is not None else os.isatty(0) and os.isatty(1)
+    # Read before anything is submitted: input too large submits nothing.
+    stdin = None if terminal or args.no_stdin else piped_stdin()
     with api(settings) as client:
         session = session_of(args, settings, client)
-        cursor, command_id = client.submit_after_cursor(session, command)
+        if terminal:
+            from executor.cli.interactive import interact, local_window
+
+            cursor, command_id = client.submit_after_cursor(session, command,
+                                                            window=local_window())
+            return interact(client, command_id, session, cursor, forward_stdin=not args.no_stdin)
+        cursor, command_id = client.submit_after_cursor(session, command, stdin=stdin)
         printer = Printer(sys.stdout, only=command_id, client=client)
         try:
-            while (row := printer.finished.get(command_id)) is None:
-                rows = client.session_changes(session, cursor, wait=LONG_POLL_S, tail=True)
-                cursor = max([cursor, *(int(r["change_seq"]) for r in rows)])
-                printer.show(rows)
+            row = follow_to_end(printer, client, session, cursor, command_id)
         except KeyboardInterrupt:
             client.cancel_command(command_id)
             print(f"pg-shell: cancelled command {command_id}", file=sys.stderr)
@@ -261,6 +317,13 @@ def cmd_run(args: argparse.Namespace, settings: ClientSettings) -> int:
     print(f"pg-shell: command {command_id} {ending(row)}", file=sys.stderr)
     code = row["exit_code"]
     return exit_status(code) if code else 1
+
+
+def cmd_attach(args: argparse.Namespace, settings: ClientSettings) -> int:
+    from executor.cli.attach import attach
+
+    with api(settings) as client:
+        return attach(client, args.command_id, args.session or settings.session)
 
 
 def cmd_tail(args: argparse.Namespace, settings: ClientSettings) -> int:

@@ -31,6 +31,11 @@ class Printer:
         self.finished: dict[int, dict[str, Any]] = {}
         self._at_line_start = True
 
+    @property
+    def at_line_start(self) -> bool:
+        """Whether what was printed ends a line (a message may follow on its own)."""
+        return self._at_line_start
+
     def show(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:
             command_id = int(row["id"])
@@ -79,6 +84,17 @@ class Printer:
 
     def _write_line(self, line: str) -> None:
         self._write(("" if self._at_line_start else "\n") + line + "\n")
+
+
+def follow_to_end(printer: Printer, client: ApiClient, session_id: str, cursor: int,
+                  command_id: int) -> dict[str, Any]:
+    """Prints ``command_id``'s output from the session's change ``cursor``
+    on, by long-poll, until it ends; its final row."""
+    while (row := printer.finished.get(command_id)) is None:
+        rows = client.session_changes(session_id, cursor, wait=LONG_POLL_S, tail=True)
+        cursor = max([cursor, *(int(r["change_seq"]) for r in rows)])
+        printer.show(rows)
+    return row
 
 
 def ending(row: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sessions": ("client", "list your sessions"),
     "new": ("client", "create a session and print its id"),
     "run": ("client", "run a command and stream its output"),
+    "attach": ("client", "join a running terminal command"),
     "tail": ("client", "show the last commands; -f follows new ones"),
     "cancel": ("client", "cancel a command"),
     "fork": ("client", "start a new session from after a command"),

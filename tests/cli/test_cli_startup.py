@@ -80,8 +80,9 @@ def test_run_reads_its_settings_and_reaches_the_api_without_any_library() -> Non
     probe = ("import sys; from executor.cli.main import main\n"
              "code = main(['run', '-s', 'S', 'true'])\n"
              f"print(code, sorted(m for m in {RUN_AVOIDS!r} if m in sys.modules))")
+    # stdin /dev/null: a pipe on it would be read as the command's input.
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          cwd=REPO, env=client_env(), check=True)
+                          cwd=REPO, env=client_env(), check=True, stdin=subprocess.DEVNULL)
     assert done.stdout.splitlines()[-1] == "1 []"
     assert done.stderr.startswith("pg-shell: cannot reach the pg_shell API at "
                                   "http://127.0.0.1:9: ")
