@@ -165,7 +165,8 @@ export class TerminalView {
       cols: this.cols || 80, rows: this.rows || 24, fontSize, live });
     this.term = term;
     this.fit = fit;
-    term.onRender(() => this.#mirror());
+    // Once ended its text changes no more: #settle writes it once.
+    term.onRender(() => { if (this.live) this.#mirror(); });
     if (!live) return;
     term.onData((data) => this.type(stickyCtrl.apply(data)));
     term.onResize(() => this.#resized());
@@ -220,11 +221,11 @@ export class TerminalView {
     }
   }
 
-  // The size the program has, for people (a tooltip) and tests.
+  // The size the program has (once the server took it), on the element for
+  // whoever reads the page.
   #showSize() {
     this.element.dataset.cols = String(this.cols);
     this.element.dataset.rows = String(this.rows);
-    this.element.title = `${this.cols}×${this.rows}`;
   }
 
   async #readToEnd(bytesHint) {
