@@ -7,7 +7,9 @@
 
 function elapsedWords(article) {
   const seconds = Math.max(0, Math.floor((Date.now() - Number(article.dataset.started)) / 1000));
-  const limit = article.dataset.limit;
+  // A terminal command (drawn in a .tty-view, html/tty/) has no batch time
+  // limit: it ends when idle too long or at its tenant's longest run.
+  const limit = article.querySelector(":scope > .tty-view") ? null : article.dataset.limit;
   return limit ? `running · ${seconds} s of the ${limit} s time limit` : `running · ${seconds} s`;
 }
 

@@ -11,6 +11,7 @@ Waits are liveness bounds, never timings."""
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -120,6 +121,9 @@ def finished_ok(term: Terminal, article: Any) -> None:
 def test_a_python_repl_typed_in_the_page(term: Terminal) -> None:
     article, view = start(term, "python3", ">>> ")
     term.expect(term.page.locator(".tty-view .xterm-helper-textarea")).to_be_focused()
+    # No batch time limit is shown for it; a desktop needs no key bar.
+    term.expect(article.locator(".meta")).to_have_text(re.compile(r"^running · \d+ s$"))
+    term.expect(term.page.locator("#keybar")).to_be_hidden()
     keys(term, "1+1")
     wait_screen(term, view, "1+1 answered", line_is("2"))
     keys(term, "exit()")
