@@ -72,10 +72,16 @@ function pinned() {
   return box.scrollHeight - box.scrollTop - box.clientHeight < 40;
 }
 
+// The server marks a terminal command's article with data-tty.
+function marked(article) {
+  const tty = article.dataset.tty;
+  return tty !== undefined && tty !== "false";
+}
+
 function arrived(article) {
   const id = article.dataset.id;
   let view = views.get(id);
-  if (view ? view.article : !article.hasAttribute("data-tty")) return;
+  if (view ? view.article : !marked(article)) return;
   const wasPinned = pinned();
   if (!view) {
     view = new TerminalView({
