@@ -57,6 +57,9 @@ def test_a_python_repl_answers_and_survives_ctrl_c(daemon, shell):
     send(shell, cid, "exit()\r")
     row = shell.wait(cid)
     assert (row["status"], row["exit_code"]) == ("done", 0)
+    # readline turns echo off but echoes itself: what is typed there is kept
+    typed = call(shell.conn, "SELECT data, redacted FROM shell_api.command_input(%s)", (cid,))
+    assert typed[0] == {"data": "6*7\r", "redacted": False}
 
 
 def test_a_password_typed_with_echo_off_is_never_stored(daemon, shell, db):
