@@ -78,7 +78,8 @@ def cli_env(url: str, token: str) -> dict[str, str]:
 def timed(argv: list[str], env: dict[str, str], cwd: str, expect: str | None = None) -> float:
     """The wall time of one run; its stdout must be ``expect`` when given."""
     started = time.perf_counter()
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0 or (expect is not None and done.stdout != expect):
         raise RuntimeError(f"{argv} exited {done.returncode}: {done.stdout!r} {done.stderr!r}")
