@@ -100,6 +100,10 @@ def host_owner(volumes_dir: str, session_id: str, path: str) -> tuple[int, int]:
         st = (mount / path).stat()
         return st.st_uid, st.st_gid
     image = Path(volumes_dir) / f"pg-shell-home-{session_id}.ext4"
+    # The session's next (warm) container may have the image mounted already:
+    # what the command wrote is then only in the mounted filesystem's cache
+    # until it is written back to the image.
+    os.sync()
     done = subprocess.run(["debugfs", "-R", f"stat /{path}", str(image)], capture_output=True,
                           text=True, timeout=60, check=True)
     found = re.search(r"User:\s+(\d+)\s+Group:\s+(\d+)", done.stdout)
