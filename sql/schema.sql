@@ -2174,7 +2174,7 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
     AS $_$
     SELECT format(
         '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s" '
-        'data-outcome="%s"%s%s>'
+        'data-outcome="%s"%s%s%s>'
         '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>'
         '<span class="actions">%s</span></div>'
         '<pre class="out">%s</pre><div class="meta">%s</div>%s</article>',
@@ -2187,6 +2187,8 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
              ELSE '' END,
         CASE WHEN c.cwd_after IS NOT NULL
              THEN format(' data-cwd="%s"', shell.html_escape(shell.short_cwd(c.cwd_after))) ELSE '' END,
+        CASE WHEN c.tty THEN format(' data-tty data-cols="%s" data-rows="%s"', c.cols, c.rows)
+             ELSE '' END,
         shell.html_escape(shell.short_cwd(coalesce(c.cwd_before, ''))), shell.html_escape(c.command),
         shell.command_buttons(c),
         shell.ansi_html(shell.output_of(c)),
@@ -2979,13 +2981,17 @@ END
 $$;
 
 CREATE FUNCTION shell_api.command_input(p_command_id bigint) RETURNS TABLE(seq integer, offset_ms bigint, data text, redacted boolean)
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT i.seq, i.offset_ms, i.data, i.redacted
+DECLARE
+    target bigint := (shell.owned_command(p_command_id)).id;
+BEGIN
+    RETURN QUERY SELECT i.seq, i.offset_ms, i.data, i.redacted
     FROM shell.command_input i
-    WHERE i.command_id = (shell.owned_command(p_command_id)).id AND i.kind = 'data'
-    ORDER BY i.seq
+    WHERE i.command_id = target AND i.kind = 'data'
+    ORDER BY i.seq;
+END
 $$;
 
 COMMENT ON FUNCTION shell_api.command_input(p_command_id bigint) IS 'What was typed into a command, in order, with when (ms from its start); redacted parts have no data.';

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import json
 
-from executor.audit.records import GENESIS, RECORD_VERSION
+from executor.audit.records import (
+    DATABASE_RECORD_VERSION,
+    DATABASE_SIGNER,
+    GENESIS,
+    RECORD_VERSION,
+)
 from executor.audit.signing import Signer
 from tests.audit.conftest import cli, relink, verify
 
@@ -32,8 +37,9 @@ def test_every_record_names_the_position_it_holds_executors_and_the_databases(co
     assert [r["id"] for r in rows] == [history.ids[n] for n in ALICE_ORDER]
     for row in rows:
         record = json.loads(row["result_record"])
+        version = DATABASE_RECORD_VERSION if record["signer"] == DATABASE_SIGNER else RECORD_VERSION
         assert (record["v"], record["chain_seq"], record["chain_prev"]) == (
-            RECORD_VERSION, row["chain_seq"], row["chain_prev"])
+            version, row["chain_seq"], row["chain_prev"])
     assert rows[0]["signature"] is None and all(r["signature"] for r in rows[1:])
     assert verify(copy, *trusted(history))[0] == 0
 

@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from executor.audit.records import DATABASE_SIGNER, RECORD_VERSION, canonical
+from executor.audit.records import DATABASE_RECORD_VERSION, DATABASE_SIGNER, canonical
 from tests.audit.conftest import cli, history_of, relink, verify
 from tests.executor.conftest import Daemon, Shell
 from tests.support import one
@@ -54,7 +54,7 @@ def test_a_session_with_uploads_verifies_clean_with_its_files(copy, sql, history
     assert report["files"]["trees"] >= 5 and report["files"]["blobs"] >= 4, report
     upload = sql("SELECT * FROM shell.commands WHERE id = %s", (history.ids["upload"],))[0]
     record = json.loads(upload["result_record"])
-    assert (record["v"], record["signer"], upload["signature"]) == (RECORD_VERSION,
+    assert (record["v"], record["signer"], upload["signature"]) == (DATABASE_RECORD_VERSION,
                                                                    DATABASE_SIGNER, None)
     stated = {"path": "in/data.txt", "sha256": hashlib.sha256(UPLOADED).hexdigest(),
               "size": len(UPLOADED), "mode": 0o640}

@@ -268,6 +268,20 @@ def test_cancel_still_stops_a_terminal_command(term: Terminal) -> None:
     term.expect(view).to_have_attribute("data-state", "ended")
 
 
+def test_a_finished_terminal_command_is_read_back_into_a_terminal(term: Terminal) -> None:
+    article, view = start(term, r"printf '\033[31mred\033[0m and plain\n'; tput cols", "red")
+    finished_ok(term, article)
+    cols = view.get_attribute("data-cols")
+    wait_screen(term, view, "the output", line_is(cols))
+    term.page.reload()
+    term.expect(term.commands()).to_have_count(1)
+    again = view_of(term.commands().first)
+    term.expect(again).to_have_attribute("data-state", "ended")
+    lines = wait_screen(term, again, "the output read back", line_is("red and plain"))
+    assert cols in lines
+    term.expect(term.commands().first.locator("pre.out")).to_be_hidden()
+
+
 def test_the_tty_switch_off_runs_plain_commands_as_html(term: Terminal) -> None:
     term.page.click("#tty-mode")
     term.expect(term.page.locator("#tty-mode")).to_have_attribute("aria-pressed", "false")

@@ -130,15 +130,18 @@ def terminals() -> Any:
         terminal.close()
 
 
-def typed_input(db: str, command_id: int) -> str:
+def input_rows(db: str, command_id: int, kind: str) -> list[dict[str, Any]]:
     conn = psycopg2.connect(db)
     conn.autocommit = True
     try:
-        rows = support.call(conn, "SELECT data FROM shell.command_input WHERE command_id = %s "
-                                  "AND kind = 'data' ORDER BY seq", (command_id,))
+        return support.call(conn, "SELECT * FROM shell.command_input WHERE command_id = %s "
+                                  "AND kind = %s ORDER BY seq", (command_id, kind))
     finally:
         conn.close()
-    return "".join(row["data"] for row in rows)
+
+
+def typed_input(db: str, command_id: int) -> str:
+    return "".join(row["data"] for row in input_rows(db, command_id, "data"))
 
 
 def running_command(db: str) -> int:
@@ -167,7 +170,13 @@ def test_a_prompt_is_answered_and_stty_size_follows_the_window(shell, db, termin
     assert "30 100" in term.read_until("name? ")
     term.type("bob\r")
     term.read_until("hi bob")
-    term.resize(120, 40)  # SIGWINCH: the CLI sends the size before the keys typed after it
+    term.resize(120, 40)  # SIGWINCH: the CLI sends the new size
+    # The signal and a key pressed right after it may reach the CLI in either
+    # order (another thread may take the signal), as a person never types
+    # within microseconds of a resize: the key waits until the size is sent.
+    command_id = commands(db)[-1]["id"]
+    support.wait_for("the new size sent", lambda: input_rows(db, command_id, "resize"),
+                     timeout=HANG)
     term.type("\r")
     term.read_until("40 120")
     assert term.wait() == 0

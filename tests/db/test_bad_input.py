@@ -171,7 +171,8 @@ def test_set_user_quota_reports_the_new_quotas(db):
     assert call(admin(db), "SELECT * FROM shell.set_user_quota('alice', 3, NULL, 7)") == [
         {"username": "alice", "max_sessions": 3, "max_running": 2, "max_queued": 7,
          "max_output_mb": 1024, "max_files_mb": 1024, "max_tree_entries": 10000,
-         "max_root_entries": 200000, "max_uploads_per_minute": 60}]
+         "max_root_entries": 200000, "max_uploads_per_minute": 60, "terminal_idle_s": 900,
+         "terminal_max_s": 7200, "max_inputs_per_second": 100}]
 
 
 def test_set_user_quota_refuses_negative_quotas_and_unknown_users(db):

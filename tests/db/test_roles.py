@@ -32,6 +32,7 @@ TENANT_FUNCTIONS = (
     "session_files", "read_file", "command_changes", "upload_file", "read_output",
     "read_output_html", "rename_session", "archive_session", "warm_session", "command_limits",
     "upload_part", "upload_finish", "upload_discard", "read_file_part",
+    "send_input", "close_input", "resize_terminal", "command_input",
 )
 UPLOAD_ID = "00000000-0000-4000-8000-000000000023"
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
@@ -54,6 +55,11 @@ EXECUTOR_CALLS = {
     "tree_listing": "SELECT * FROM shell.tree_listing('x')",
     "tree_diff": "SELECT * FROM shell.tree_diff('x', 'y')",
     "complete_upload": "SELECT shell.complete_upload(1, 'w', 1)",
+    "command_terminal": "SELECT shell.command_terminal(1, 'w', 1)",
+    "pending_input": "SELECT * FROM shell.pending_input(1, 'w', 1, 0)",
+    "input_delivered": "SELECT shell.input_delivered(1, 'w', 1, 0, ARRAY[]::integer[])",
+    "terminal_echo": "SELECT shell.terminal_echo(1, 'w', 1, false)",
+    "seal_input": "SELECT * FROM shell.seal_input(1, 'w', 1)",
 }
 ADMIN_CALLS = {
     "create_user": "SELECT shell.create_user('mallory', 'password123')",
@@ -62,6 +68,7 @@ ADMIN_CALLS = {
     "promote_image": "SELECT * FROM shell.promote_image('sha256:' || repeat('a', 64))",
     "image_usage": "SELECT * FROM shell.image_usage()",
     "collect_files": "SELECT * FROM shell.collect_files('1 hour')",
+    "audit_input": "SELECT * FROM shell.audit_input(%(bob_session)s::uuid)",
 }
 # Definer helpers that would let a tenant act as someone else or forge a token.
 INTERNAL_CALLS = {
@@ -73,6 +80,9 @@ INTERNAL_CALLS = {
     "jwt_secret": "SELECT shell.jwt_secret()",
     "release_command": "SELECT shell.release_command(c, true, 'x', false) FROM shell.commands c",
     "leased_command": "SELECT * FROM shell.leased_command(1, 'w', 1, ARRAY['running'])",
+    "held_command": "SELECT shell.held_command(1, 'w', 1)",
+    "add_input": "SELECT shell.add_input(c, 'data', 'x') FROM shell.commands c",
+    "input_target": "SELECT shell.input_target(%(bob_command)s)",
 }
 
 
@@ -140,6 +150,10 @@ def api_call(name: str, session: str, command: int,
         "upload_finish": ("SELECT shell_api.upload_finish(%s, %s, 'f')", (UPLOAD_ID, session)),
         "upload_discard": ("SELECT shell_api.upload_discard(%s)", (UPLOAD_ID,)),
         "read_file_part": ("SELECT * FROM shell_api.read_file_part(%s, 'f')", (session,)),
+        "send_input": ("SELECT shell_api.send_input(%s, 'x')", (command,)),
+        "close_input": ("SELECT shell_api.close_input(%s)", (command,)),
+        "resize_terminal": ("SELECT shell_api.resize_terminal(%s, 80, 24)", (command,)),
+        "command_input": ("SELECT * FROM shell_api.command_input(%s)", (command,)),
     }[name]
 
 
@@ -307,7 +321,8 @@ ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "sessio
                 "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
                 "fork_session", "replay_session", "replay_comparison", "output_timeline",
                 "read_output", "read_output_html", "rename_session", "archive_session",
-                "warm_session", "read_file_part")
+                "warm_session", "read_file_part", "send_input", "close_input", "resize_terminal",
+                "command_input")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
@@ -321,7 +336,8 @@ def test_another_tenants_ids_look_exactly_like_nonexistent_ones(db, world, name)
     missing = error_of(mallory, *api_call(name, str(uuid.uuid4()), missing_command))
     assert row_counts(db) == before
     by_command = ("cancel_command", "fork_session", "output_timeline", "read_output",
-                  "read_output_html")
+                  "read_output_html", "send_input", "close_input", "resize_terminal",
+                  "command_input")
     expected = "command not found" if name in by_command else "session not found"
     for exc in (foreign, missing):
         assert exc.pgcode == "22023"
@@ -448,6 +464,12 @@ WRITES = {
         "UPDATE shell.output_chunks SET data = 'x'",
         "DELETE FROM shell.output_chunks",
     ],
+    "command_input": [
+        "INSERT INTO shell.command_input (command_id, seq, offset_ms, kind, data, sha256) VALUES "
+        "(%(command)s, 9, 0, 'data', 'x', 'x')",
+        "UPDATE shell.command_input SET data = 'x'",
+        "DELETE FROM shell.command_input",
+    ],
 }
 
 
@@ -464,13 +486,13 @@ def test_a_tenant_cannot_write_tables_directly(db, world, statement):
 
 @pytest.mark.parametrize("table",
                          ["users", "lanes", "config", "migrations", "blobs", "blob_chunks", "trees",
-                          "tree_entries"])
+                          "tree_entries", "secret_input"])
 @pytest.mark.parametrize("statement", ["SELECT * FROM shell.{t}", "DELETE FROM shell.{t}",
                                        "UPDATE shell.{t} SET {c} = {c}", "TRUNCATE shell.{t}"])
 def test_a_tenant_cannot_touch_private_tables(db, world, table, statement):
     column = {"users": "username", "lanes": "pending", "config": "value", "migrations": "name",
               "blobs": "size", "blob_chunks": "data", "trees": "size",
-              "tree_entries": "mode"}[table]
+              "tree_entries": "mode", "secret_input": "data"}[table]
     a = tenant(db, world.alice)
     code, message = sqlstate(a, statement.format(t=table, c=column))
     assert (code, message) == ("42501", f"permission denied for table {table}")
@@ -505,7 +527,7 @@ def test_the_executor_cannot_call_the_tenant_api(db, world, name):
 
 @pytest.mark.parametrize("table",
                          ["users", "sessions", "lanes", "commands", "output_chunks", "config",
-                          "migrations", "images"])
+                          "migrations", "images", "command_input", "secret_input"])
 def test_the_executor_cannot_read_tables(db, world, table):
     assert sqlstate(executor(db), f"SELECT * FROM shell.{table}") == (
         "42501", f"permission denied for table {table}")
@@ -514,7 +536,8 @@ def test_the_executor_cannot_read_tables(db, world, table):
 @pytest.mark.parametrize("name", list(ADMIN_CALLS) + ["new_session", "sign_jwt", "jwt_secret"])
 def test_the_executor_cannot_call_admin_or_internal_functions(db, world, name):
     sql = {**ADMIN_CALLS, **INTERNAL_CALLS}[name]
-    code, message = sqlstate(executor(db), sql, {"bob": world.bob})
+    code, message = sqlstate(executor(db), sql,
+                             {"bob": world.bob, "bob_session": world.bob_session})
     assert (code, message) == ("42501", f"permission denied for function {name}")
 
 
@@ -541,7 +564,8 @@ def test_every_table_a_tenant_can_select_has_row_level_security(db):
         WHERE c.relnamespace = 'shell'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
           AND has_any_column_privilege('shell_user', c.oid, 'SELECT')
         ORDER BY 1""")
-    assert rows == [{"relname": "commands", "relrowsecurity": True},
+    assert rows == [{"relname": "command_input", "relrowsecurity": True},
+                    {"relname": "commands", "relrowsecurity": True},
                     {"relname": "output_chunks", "relrowsecurity": True},
                     {"relname": "sessions", "relrowsecurity": True}]
 

@@ -156,6 +156,16 @@ def test_outcomes_read_in_plain_words_with_a_colour_class(db):
     assert "timed out: stopped at the 30 s time limit" in html
 
 
+def test_a_terminal_command_is_marked_with_its_window_so_history_shows_a_terminal(db):
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    plain = alice.submit(session, "true")
+    tty = int(one(alice.conn, "SELECT shell_api.submit_command(%s, 'top', p_tty => true, "
+                              "p_cols => 132, p_rows => 43)", (session,)))
+    assert "data-tty" not in fragment(alice.conn, plain)
+    assert ' data-tty data-cols="132" data-rows="43">' in fragment(alice.conn, tty)
+
+
 def test_the_prompt_shows_the_directory_under_home_as_a_tilde(db):
     alice = new_tenant(db, "alice")
     session = alice.session()
