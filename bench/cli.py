@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -36,22 +35,19 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
     database_name,
-    executor_env,
     image_id,
     migrated_database,
-    remove_containers,
-    remove_quota_volumes,
     require_dsn,
+    running_executor,
+    running_gateway,
 )
 from bench.common import percentile_interpolated as pct
 from bench.executor import Tenant
-from tests.fixtures_stack import Gateway
 
 PASSWORD = "correct horse"
 COMMAND = "echo hi"
@@ -154,32 +150,15 @@ def main() -> int:
     admin_dsn = require_dsn(parser, args)
     image = image_id(args.image)
     work = Path(tempfile.mkdtemp(prefix="bench-cli-"))
-    volumes = tempfile.mkdtemp(prefix="bench-cli-vol-", dir="/var/tmp")
-    daemon: ExecutorProcess | None = None
-    gateway: Gateway | None = None
     with migrated_database(admin_dsn, "pgshell_bench_cli") as dsn:
-        try:
-            user = create_user(dsn, "bench", PASSWORD, sessions=10, running=4, queued=100)
-            daemon = ExecutorProcess(executor_env(dsn, image, {
-                "PG_SHELL_WORKER_ID": f"bench-cli-{secrets.token_hex(4)}",
-                "PG_SHELL_SCOPE": database_name(dsn), "PG_SHELL_VOLUMES_DIR": volumes,
-                "PG_SHELL_DISK_QUOTA_MB": "64", "PG_SHELL_METRICS_PORT": "0"}),
-                work / "executor.log")
-            daemon.start().wait_ready(timeout=120)
-            gateway = Gateway(dsn, work / "gateway.log").start()
+        user = create_user(dsn, "bench", PASSWORD, sessions=10, running=4, queued=100)
+        with running_executor(dsn, image, "cli", work), running_gateway(dsn, work) as gateway:
             log(f"database {database_name(dsn)}, gateway {gateway.url}, logs in {work}")
             token = str(rpc(gateway.url, "login",
                             {"p_username": "bench", "p_password": PASSWORD})["token"])
             tenant = Tenant(dsn, user)
             measure(gateway.url, token, tenant, args.runs, args.compare, args.pg_shell)
             tenant.conn.close()
-        finally:
-            if gateway:
-                gateway.stop()
-            if daemon:
-                daemon.stop()
-                remove_containers(f"pg-shell.worker-id={daemon.worker_id}")
-            remove_quota_volumes(volumes)
     return 0
 
 

@@ -1,7 +1,7 @@
 """What the benchmarks share: their output (one JSON object per line on
 stdout, progress on stderr), percentiles, a scratch database migrated from
-scratch, a tenant, the executor daemon as a subprocess, and the clean-up of
-what it left on the Docker engine.
+scratch, a tenant, the executor daemon (run as the tests run it: tests/daemon.py)
+and the clean-up of what it left on the Docker engine.
 
 Run a benchmark from the project root with the virtualenv's Python, e.g.
 ``.venv/bin/python -m bench.claim --help``.
@@ -14,10 +14,11 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import shutil
-import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +29,8 @@ import psycopg2.extensions
 
 from executor.db import migrations
 from executor.db.connection import connect, query
+from tests.daemon import Daemon, executor_env
+from tests.fixtures_stack import Gateway
 from tests.support import call, connect_as, one
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,94 +190,34 @@ def wait_for_work(left: Callable[[], int], total: int, *, stall_s: float = STALL
 # -- the executor and the engine ---------------------------------------------------------
 
 
-def executor_env(dsn: str, image: str, settings: Mapping[str, str]) -> dict[str, str]:
-    """The environment of an executor on ``dsn``: this one without any
-    PG_SHELL_ setting, plus the image, a rootful engine allowed, and ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
-    env.update({"DATABASE_URL": dsn, "PG_SHELL_IMAGE": image, "PG_SHELL_ALLOW_ROOTFUL": "1",
-                **settings})
-    return env
+@contextlib.contextmanager
+def running_executor(dsn: str, image: str, name: str, work: Path, timeout: float = 120,
+                     **settings: str) -> Iterator[Daemon]:
+    """The executor daemon on ``dsn`` (``settings`` added to its environment),
+    its log in ``work``, with volumes of its own; stopped at the end, and
+    what it left on the engine removed."""
+    volumes = tempfile.mkdtemp(prefix=f"bench-{name}-vol-", dir="/var/tmp")
+    daemon = Daemon(executor_env(dsn, image, {
+        "PG_SHELL_WORKER_ID": f"bench-{name}-{secrets.token_hex(4)}",
+        "PG_SHELL_SCOPE": database_name(dsn), "PG_SHELL_VOLUMES_DIR": volumes,
+        "PG_SHELL_DISK_QUOTA_MB": "64", "PG_SHELL_METRICS_PORT": "0", **settings}),
+        work / "executor.log")
+    try:
+        yield daemon.start(timeout)
+    finally:
+        daemon.stop()
+        remove_containers(f"pg-shell.worker-id={daemon.worker_id}")
+        remove_quota_volumes(volumes)
 
 
-class ExecutorProcess:
-    """One `pg-shell executor` subprocess, its output in a log file: a host of
-    its own, as far as the database can tell."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def worker_id(self) -> str:
-        return self.env["PG_SHELL_WORKER_ID"]
-
-    def start(self, **settings: str) -> ExecutorProcess:
-        """Starts it (``settings`` added to its environment); see wait_ready."""
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "executor"],
-                                         env={**self.env, **settings}, stdout=out,
-                                         stderr=subprocess.STDOUT, cwd=REPO)
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 120) -> ExecutorProcess:
-        deadline = time.monotonic() + timeout
-        while " ready: " not in self.log():
-            if self.exited() or time.monotonic() > deadline:
-                raise RuntimeError("executor did not start:\n" + self.log()[-3000:])
-            time.sleep(0.05)
-        return self
-
-    def exited(self) -> bool:
-        return self.proc is not None and self.proc.poll() is not None
-
-    def stop(self) -> None:
-        """SIGTERM (the executor drains), then SIGKILL after a minute."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def cpu_s(self) -> float:
-        """CPU time (user + system) of the executor and its reaped children."""
-        assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-    def rss_kib(self) -> int:
-        """VmRSS of the executor and all its descendants."""
-        assert self.proc is not None
-        total = 0
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-            except OSError:
-                pass
-        return total
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+@contextlib.contextmanager
+def running_gateway(dsn: str, work: Path, **settings: str) -> Iterator[Gateway]:
+    """The gateway on ``dsn`` (as the stack tests run it), its log in ``work``."""
+    gateway = Gateway(dsn, work / "gateway.log")
+    try:
+        yield gateway.start(**settings)
+    finally:
+        gateway.stop()
 
 
 def image_id(ref: str) -> str:

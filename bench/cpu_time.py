@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import descendants
 from executor.db.connection import connect, query
+from tests.daemon import descendants
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 

@@ -39,13 +39,11 @@ from typing import Any
 
 from bench.common import (
     TERMINAL,
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
     database_name,
-    executor_env,
     image_id,
     migrated_database,
     remove_containers,
@@ -56,6 +54,7 @@ from bench.common import (
 from bench.common import (
     percentile_interpolated as pct,
 )
+from tests.daemon import Daemon, executor_env
 from tests.support import call
 
 SANDBOX_USER = "1000:1000"
@@ -137,9 +136,8 @@ class Tenant:
             FROM shell.commands c WHERE id = ANY(%s) ORDER BY id""", (ids,))
 
 
-def start_daemon(env: dict[str, str], log_path: Path, concurrency: int) -> ExecutorProcess:
-    daemon = ExecutorProcess(env, log_path).start(PG_SHELL_CONCURRENCY=str(concurrency))
-    return daemon.wait_ready(timeout=60)
+def start_daemon(env: dict[str, str], log_path: Path, concurrency: int) -> Daemon:
+    return Daemon(env, log_path).start(PG_SHELL_CONCURRENCY=str(concurrency))
 
 
 # -- the measurements ----------------------------------------------------------------
@@ -214,7 +212,7 @@ def cold_latency(tenant: Tenant, image: str, runs: int) -> None:
          target="<= 1.0")
 
 
-def throughput(daemon: ExecutorProcess, tenant: Tenant, image: str, sessions: int, per_session: int,
+def throughput(daemon: Daemon, tenant: Tenant, image: str, sessions: int, per_session: int,
                concurrency: int) -> list[str]:
     total = sessions * per_session
     log(f"throughput: {sessions} sessions x {per_session} commands at concurrency {concurrency}")
@@ -266,7 +264,7 @@ def throughput(daemon: ExecutorProcess, tenant: Tenant, image: str, sessions: in
     return ids
 
 
-def memory(daemon: ExecutorProcess, tenant: Tenant, concurrency: int) -> None:
+def memory(daemon: Daemon, tenant: Tenant, concurrency: int) -> None:
     log(f"memory: VmRSS at concurrency {concurrency} while busy")
     sessions = [tenant.session() for _ in range(concurrency * 2)]
     for cid in [tenant.submit(s, "true") for s in sessions]:
@@ -307,11 +305,11 @@ def engine_cpu_s() -> float:
     return total
 
 
-def wasted_warm(daemon: ExecutorProcess) -> int:
+def wasted_warm(daemon: Daemon) -> int:
     return daemon.log_path.read_text(errors="replace").count("removed unused warm container")
 
 
-def warm_memory_mb(daemon: ExecutorProcess) -> list[float]:
+def warm_memory_mb(daemon: Daemon) -> list[float]:
     ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=pg-shell.warm=1", "--filter",
                           f"label=pg-shell.worker-id={daemon.worker_id}"],
                          capture_output=True, text=True, check=True).stdout.split()
@@ -342,7 +340,7 @@ def main() -> int:
     worker_id = f"bench-executor-{secrets.token_hex(4)}"
     volumes_dir = tempfile.mkdtemp(prefix="pgshell-bench-vol-", dir="/var/tmp")
     log_path = Path(tempfile.mkstemp(prefix="pgshell-bench-executor-", suffix=".log")[1])
-    daemon: ExecutorProcess | None = None
+    daemon: Daemon | None = None
     with migrated_database(admin_dsn, "pgshell_bench_exec") as dsn:
         try:
             user_id = create_user(dsn, "bench", secrets.token_hex(8), sessions=1000, running=64,

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import secrets
 import statistics
 import string
 import sys
@@ -51,18 +50,16 @@ from typing import Any
 from bench.cli import cli_env, rpc
 from bench.common import (
     TERMINAL,
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
     database_name,
-    executor_env,
     image_id,
     migrated_database,
-    remove_containers,
-    remove_quota_volumes,
     require_dsn,
+    running_executor,
+    running_gateway,
     wait_for_work,
 )
 from bench.common import quantile_nearest_rank as quantile
@@ -78,6 +75,7 @@ from bench.echo_paths import (
 )
 from executor.config import SHELL_ROOT
 from executor.db.connection import Connection, connect, query
+from tests.daemon import Daemon
 from tests.fixtures_stack import Gateway
 
 PATHS = ("gateway", "page", "cli", "docker_attach")
@@ -197,7 +195,7 @@ class Stack:
     dsn: str
     url: str
     token: str
-    daemon: ExecutorProcess
+    daemon: Daemon
     gateway: Gateway
     admin: Connection
 
@@ -207,19 +205,10 @@ def stack(admin_dsn: str, image: str) -> Iterator[Stack]:
     """A migrated database of its own, the executor daemon, the gateway,
     and a user signed in over HTTP."""
     work = Path(tempfile.mkdtemp(prefix="bench-interactive-"))
-    volumes = tempfile.mkdtemp(prefix="bench-interactive-vol-", dir="/var/tmp")
-    daemon: ExecutorProcess | None = None
-    gateway: Gateway | None = None
     with migrated_database(admin_dsn, "pgshell_bench_interactive") as dsn:
-        try:
-            create_user(dsn, USER, PASSWORD, sessions=10, running=4, queued=100)
-            daemon = ExecutorProcess(executor_env(dsn, image, {
-                "PG_SHELL_WORKER_ID": f"bench-interactive-{secrets.token_hex(4)}",
-                "PG_SHELL_SCOPE": database_name(dsn), "PG_SHELL_VOLUMES_DIR": volumes,
-                "PG_SHELL_DISK_QUOTA_MB": "64", "PG_SHELL_METRICS_PORT": "0"}),
-                work / "executor.log")
-            daemon.start().wait_ready(timeout=120)
-            gateway = Gateway(dsn, work / "gateway.log").start()
+        create_user(dsn, USER, PASSWORD, sessions=10, running=4, queued=100)
+        with running_executor(dsn, image, "interactive", work) as daemon, \
+                running_gateway(dsn, work) as gateway:
             log(f"database {database_name(dsn)}, gateway {gateway.url}, logs in {work}")
             token = str(rpc(gateway.url, "login",
                             {"p_username": USER, "p_password": PASSWORD})["token"])
@@ -229,13 +218,6 @@ def stack(admin_dsn: str, image: str) -> Iterator[Stack]:
                 yield Stack(dsn, gateway.url, token, daemon, gateway, admin)
             finally:
                 admin.close()
-        finally:
-            if gateway:
-                gateway.stop()
-            if daemon:
-                daemon.stop()
-                remove_containers(f"pg-shell.worker-id={daemon.worker_id}")
-            remove_quota_volumes(volumes)
 
 
 def open_paths(s: Stack, args: argparse.Namespace, image: str, browser: Any,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import secrets
 import select
 import socket
 import sys
@@ -31,18 +30,14 @@ from typing import Any
 import httpx
 
 from bench.common import (
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
-    database_name,
-    executor_env,
     image_id,
     migrated_database,
-    remove_containers,
-    remove_quota_volumes,
     require_dsn,
+    running_executor,
     tenant_connection,
 )
 from executor.db.connection import connect, query
@@ -146,47 +141,36 @@ def main() -> int:
     admin_dsn = require_dsn(parser, args)
     image = image_id(args.image)
     work = Path(tempfile.mkdtemp(prefix="bench-live-"))
-    volumes = tempfile.mkdtemp(prefix="bench-live-vol-", dir="/var/tmp")
-    daemon: ExecutorProcess | None = None
-    gateway: Gateway | None = None
     with migrated_database(admin_dsn, "pgshell_bench_live") as dsn:
         os.environ["BENCH_LIVE_DSN"] = dsn
-        try:
-            user = create_user(dsn, "bench", PASSWORD)
-            daemon = ExecutorProcess(executor_env(dsn, image, {
-                "PG_SHELL_ALLOW_ROOTFUL": os.environ.get("PG_SHELL_ALLOW_ROOTFUL", "1"),
-                "PG_SHELL_WORKER_ID": f"bench-live-{secrets.token_hex(4)}",
-                "PG_SHELL_SCOPE": database_name(dsn), "PG_SHELL_VOLUMES_DIR": volumes,
-                "PG_SHELL_DISK_QUOTA_MB": "64"}), work / "executor.log")
-            daemon.start().wait_ready(timeout=60)
+        user = create_user(dsn, "bench", PASSWORD)
+        rootful = os.environ.get("PG_SHELL_ALLOW_ROOTFUL", "1")
+        with running_executor(dsn, image, "live", work, timeout=60,
+                              PG_SHELL_ALLOW_ROOTFUL=rootful) as daemon:
             gateway = start_gateway(dsn, work / "gateway.log",
                                     PG_SHELL_LONG_POLLS=str(args.polls + 50),
                                     PG_SHELL_LONG_POLLS_PER_USER=str(args.polls + 50))
-            conn = connect(dsn)
-            with httpx.Client(base_url=gateway.url, timeout=60) as http:
-                token = http.post("/rpc/login", json={"p_username": "bench",
-                                                      "p_password": PASSWORD}).json()["token"]
-                session = http.post("/rpc/create_session", json={"p_name": "live"},
-                                    headers={"Authorization": f"Bearer {token}"}).json()
-                streaming_command(http, token, conn, session, 0, gateway.port)  # warm-up
-                for polls in (0, args.polls):
-                    figures = streaming_command(http, token, conn, session, polls, gateway.port)
-                    log(f"{polls} abandoned long-polls: {figures}")
-                    emit("transactions_per_streaming_command", figures["transactions"],
-                         "transactions", abandoned_long_polls=polls, command=STREAM,
-                         run_ms=figures["run_ms"])
-                    emit("notifications_per_streaming_command", figures["notifications"],
-                         "notifications", abandoned_long_polls=polls, run_ms=figures["run_ms"])
-                daemon.stop()  # the listing's commands are run by hand (as tests/db does)
-                huge_listing(dsn, user, gateway, http, token)
-            conn.close()
-        finally:
-            if gateway:
+            try:
+                conn = connect(dsn)
+                with httpx.Client(base_url=gateway.url, timeout=60) as http:
+                    token = http.post("/rpc/login", json={"p_username": "bench",
+                                                          "p_password": PASSWORD}).json()["token"]
+                    session = http.post("/rpc/create_session", json={"p_name": "live"},
+                                        headers={"Authorization": f"Bearer {token}"}).json()
+                    streaming_command(http, token, conn, session, 0, gateway.port)  # warm-up
+                    for polls in (0, args.polls):
+                        figures = streaming_command(http, token, conn, session, polls, gateway.port)
+                        log(f"{polls} abandoned long-polls: {figures}")
+                        emit("transactions_per_streaming_command", figures["transactions"],
+                             "transactions", abandoned_long_polls=polls, command=STREAM,
+                             run_ms=figures["run_ms"])
+                        emit("notifications_per_streaming_command", figures["notifications"],
+                             "notifications", abandoned_long_polls=polls, run_ms=figures["run_ms"])
+                    daemon.stop()  # the listing's commands are run by hand (as tests/db does)
+                    huge_listing(dsn, user, gateway, http, token)
+                conn.close()
+            finally:
                 gateway.stop()
-            if daemon:
-                daemon.stop()
-                remove_containers(f"pg-shell.worker-id={daemon.worker_id}")
-            remove_quota_volumes(volumes)
     return 0
 
 

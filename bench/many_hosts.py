@@ -32,12 +32,10 @@ from typing import Any
 from bench.common import (
     STALL_S,
     TERMINAL,
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
-    executor_env,
     image_id,
     migrated_database,
     remove_containers,
@@ -46,6 +44,7 @@ from bench.common import (
     wait_for_work,
 )
 from bench.common import percentile_interpolated as pct
+from tests.daemon import Daemon, executor_env
 from tests.support import call
 
 REPORT = Report("many_hosts")
@@ -109,10 +108,10 @@ def run_load(dsn: str, image: str, *, executors: int, sessions: int, per_session
         env = {**base_env, "PG_SHELL_WORKER_ID": worker_id,
                "PG_SHELL_SIGNING_KEY_FILE": str(work_dir / f"{worker_id}.key"),
                "PG_SHELL_VOLUMES_DIR": str(work_dir / f"{scope}-volumes")}
-        procs.append(ExecutorProcess(env, work_dir / f"{worker_id}.log").start())
+        procs.append(Daemon(env, work_dir / f"{worker_id}.log").launch())
     try:
         for proc in procs:
-            proc.wait_ready()
+            proc.wait_for_log(" ready: ", timeout=120)
         log(f"{executors} executor(s) ready; submitting {sessions} x {per_session}")
         submitted = [int(call(tenant, "SELECT shell_api.submit_command(%s, %s) AS id",
                               (sid, f"echo {i} >> order.log && echo {i}"))[0]["id"])

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -36,23 +35,19 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
-    database_name,
-    executor_env,
     image_id,
     migrated_database,
-    remove_containers,
-    remove_quota_volumes,
     require_dsn,
+    running_executor,
+    running_gateway,
 )
 from bench.common import quantile_nearest_rank as quantile
 from executor.db.connection import Connection, connect, query
 from tests.browser.stack import PASSWORD, Terminal, chromium_path, launch_chromium
-from tests.fixtures_stack import Gateway
 
 TARGET_OVERHEAD_MS = 150
 COMMAND = "echo hi"
@@ -91,16 +86,6 @@ ARM = """
 
 REPORT = Report("ui")
 log, emit = REPORT.log, REPORT.emit
-
-
-def daemon_env(dsn: str, image: str, volumes: str) -> dict[str, str]:
-    return executor_env(dsn, image, {
-        "PG_SHELL_ALLOW_ROOTFUL": os.environ.get("PG_SHELL_ALLOW_ROOTFUL", "1"),
-        "PG_SHELL_WORKER_ID": f"bench-ui-{secrets.token_hex(4)}",
-        "PG_SHELL_SCOPE": database_name(dsn),
-        "PG_SHELL_VOLUMES_DIR": volumes,
-        "PG_SHELL_DISK_QUOTA_MB": "64",
-    })
 
 
 def measure(term: Terminal, conn: Connection, runs: int, warmup: int) -> list[dict[str, float]]:
@@ -209,15 +194,11 @@ def main() -> int:
 
     image = image_id(args.image)
     work = Path(tempfile.mkdtemp(prefix="bench-ui-"))
-    volumes = tempfile.mkdtemp(prefix="bench-ui-vol-", dir="/var/tmp")
-    daemon: ExecutorProcess | None = None
-    gateway: Gateway | None = None
     with migrated_database(admin_dsn, "pgshell_bench_ui") as dsn:
-        try:
-            create_user(dsn, "bench", PASSWORD)
-            daemon = ExecutorProcess(daemon_env(dsn, image, volumes), work / "executor.log")
-            daemon.start().wait_ready(timeout=60)
-            gateway = Gateway(dsn, work / "gateway.log").start()
+        create_user(dsn, "bench", PASSWORD)
+        rootful = os.environ.get("PG_SHELL_ALLOW_ROOTFUL", "1")
+        with running_executor(dsn, image, "ui", work, timeout=60, PG_SHELL_ALLOW_ROOTFUL=rootful), \
+                running_gateway(dsn, work) as gateway:
             log(f"daemon and gateway up ({gateway.url}); {args.warmup} warm-up + {args.runs} runs")
             conn = connect(dsn)
             with sync_playwright() as pw:
@@ -235,13 +216,6 @@ def main() -> int:
                     browser.close()
             report(samples, args.runs)
             conn.close()
-        finally:
-            if gateway:
-                gateway.stop()
-            if daemon:
-                daemon.stop()
-                remove_containers(f"pg-shell.worker-id={daemon.worker_id}")
-            remove_quota_volumes(volumes)
     return 0
 
 

@@ -33,13 +33,11 @@ import time
 from pathlib import Path
 
 from bench.common import (
-    ExecutorProcess,
     Report,
     add_dsn_option,
     add_image_option,
     create_user,
     database_name,
-    executor_env,
     image_id,
     migrated_database,
     remove_containers,
@@ -50,6 +48,7 @@ from bench.common import (
     percentile_interpolated as pct,
 )
 from bench.executor import Tenant, reference_argv
+from tests.daemon import Daemon, executor_env
 from tests.support import call
 
 REPORT = Report("workspace")
@@ -177,7 +176,7 @@ def main() -> int:
     worker_id = f"bench-workspace-{secrets.token_hex(4)}"
     volumes_dir = tempfile.mkdtemp(prefix="pgshell-bench-vol-", dir="/var/tmp")
     log_path = Path(tempfile.mkstemp(prefix="pgshell-bench-workspace-", suffix=".log")[1])
-    daemon: ExecutorProcess | None = None
+    daemon: Daemon | None = None
     with migrated_database(admin_dsn, "pgshell_bench_ws") as dsn:
         try:
             user_id = create_user(dsn, "bench", secrets.token_hex(8), sessions=1000, running=64,
@@ -190,7 +189,7 @@ def main() -> int:
                 "PG_SHELL_DISK_QUOTA_MB": str(max(256, args.size_mb * 2)),
                 "PG_SHELL_TIMEOUT_S": "600"})
             log(f"database {database_name(dsn)}, image {image[:19]}, executor log {log_path}")
-            daemon = ExecutorProcess(env, log_path).start().wait_ready(timeout=60)
+            daemon = Daemon(env, log_path).start(timeout=60)
             big, empty = tenant.session(), tenant.session()
             log(f"filling a home with {args.files} files, {args.size_mb} MB")
             seconds, filled = timed(tenant, big, populate(args.files, args.size_mb))

@@ -25,6 +25,7 @@ from executor.errors import ConfigError
 from executor.resources import resource_dir
 
 if TYPE_CHECKING:
+    from executor.sandbox import Sandbox
     from executor.sandbox.model import Limits
 
 MiB = 1024 * 1024
@@ -284,6 +285,15 @@ class Settings(BaseSettings):
             disk_quota_bytes=self.disk_quota_mb * MiB, capture_base_s=self.capture_base_s,
             capture_bytes_per_s=self.capture_min_rate_kb * 1024,
         )
+
+    def sandbox(self) -> Sandbox:
+        """The sandbox these settings describe (the executor's, and cleanup's)."""
+        from executor.sandbox import Sandbox  # not at import, as above
+
+        return Sandbox(self.limits(), shell_root=self.shell_root, docker_host=self.docker_host,
+                       disk_quota=self.disk_quota, volume_dir=self.volumes_dir, scope=self.scope,
+                       copies_per_user=self.volumes_per_user,
+                       min_free_bytes=self.min_free_mb * 1024 * 1024)
 
     def require_database_url(self) -> str:
         if not self.database_url:

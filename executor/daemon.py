@@ -13,7 +13,6 @@ import sdnotify
 
 from executor import metrics
 from executor.config import Settings
-from executor.sandbox import sandbox_from
 from executor.worker.loop import Worker
 from executor.worker.metrics_server import serve_executor_metrics
 
@@ -43,7 +42,7 @@ def warn_without_disk_quota(settings: Settings) -> None:
 def run_executor(settings: Settings) -> int:
     warn_without_disk_quota(settings)
     stop = threading.Event()
-    worker = Worker(settings, sandbox_from(settings), stop, notify=systemd_notifier())
+    worker = Worker(settings, settings.sandbox(), stop, notify=systemd_notifier())
 
     def request_stop(signum: int, _frame: object) -> None:
         log.info("%s: no new commands; draining", signal.Signals(signum).name)

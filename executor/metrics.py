@@ -1,9 +1,10 @@
 """Prometheus metrics: what the executor and the gateway count, each in its
 own registry (a process serves only its own on /metrics), and the few
-helpers that update them."""
+helpers that update and serve them."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -13,7 +14,10 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    start_http_server,
 )
+
+log = logging.getLogger(__name__)
 
 EXECUTOR = CollectorRegistry()
 GATEWAY = CollectorRegistry()
@@ -105,3 +109,20 @@ def counting_output(flush: Callable[[int, str, bool], None]) -> Callable[[int, s
 
 def gateway_request(function: str, status: int) -> None:
     GATEWAY_REQUESTS.labels(function, str(status)).inc()
+
+
+def serve_metrics(host: str, port: int, registry: CollectorRegistry, variable: str) -> bool:
+    """Serves ``registry`` at http://host:port/metrics from a thread; False if
+    ``port`` is 0 or taken (commands and requests are served all the same:
+    metrics are not worth an outage). ``variable`` names the port's setting."""
+    if port == 0:
+        log.info("metrics are off (%s=0)", variable)
+        return False
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        log.error("metrics not served: cannot listen on %s:%s: %s (set %s)",
+                  host, port, exc, variable)
+        return False
+    log.info("metrics on http://%s:%s/metrics", host, port)
+    return True

@@ -20,67 +20,15 @@ from typing import Any
 import psycopg2.extensions
 import pytest
 
+from tests.daemon import REPO, Daemon
+from tests.daemon import executor_env as executor_env_of
 from tests.engine_cleanup import remove_labelled
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-class Daemon:
-    """One executor process; its log is kept for the failure report."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, **overrides: str) -> Daemon:
-        env = {**self.env, **overrides}
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "executor.cli.main", "executor"],
-                                     env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        self.wait_for_log("ready", timeout=60)
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for_log(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.log():
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"executor exited {self.proc.returncode}:\n"
-                                     f"{self.log()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"executor never logged {text!r}:\n{self.log()[-4000:]}")
-            time.sleep(0.05)
-
-    def signal(self, signum: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signum)
-
-    def wait(self, timeout: float = 60) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture
 def executor_env(db: str, sandbox_image: str, tmp_path: Path) -> dict[str, str]:
     volumes = tempfile.mkdtemp(prefix="pgtest-exec-vol-", dir="/var/tmp")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SHELL_")}
-    env.update({
-        "DATABASE_URL": db,
-        "PG_SHELL_IMAGE": sandbox_image,
-        "PG_SHELL_ALLOW_ROOTFUL": "1",
+    return executor_env_of(db, sandbox_image, {
         "PG_SHELL_WORKER_ID": f"pgtest-{secrets.token_hex(4)}",
         # Each test's database is its own deployment: reaping stays inside it.
         "PG_SHELL_SCOPE": psycopg2.extensions.parse_dsn(db)["dbname"],
@@ -93,7 +41,6 @@ def executor_env(db: str, sandbox_image: str, tmp_path: Path) -> dict[str, str]:
         # Tests run side by side: a test that scrapes metrics picks a free port.
         "PG_SHELL_METRICS_PORT": "0",
     })
-    return env
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ def register(commands: Commands) -> None:
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     from executor.cleanup import Cleanup  # imports docker: only when needed
-    from executor.sandbox import SandboxError, sandbox_from
+    from executor.sandbox import SandboxError
 
-    cleanup = Cleanup(settings, None if args.no_volumes else sandbox_from(settings))
+    cleanup = Cleanup(settings, None if args.no_volumes else settings.sandbox())
     if args.once:
         try:
             cleanup.run_once()

@@ -43,7 +43,6 @@ from executor.gateway.metrics_route import read_queue_depth
 from executor.gateway.status import hinted_retry_after, http_status
 from executor.gateway.throttle import AddressThrottle, retry_after
 from executor.gateway.user_limits import UserLimits
-from executor.worker.metrics_server import serve_metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -406,8 +405,8 @@ def create_app(settings: Settings, dsn: str) -> Starlette:
         await run_in_threadpool(gateway.load)
         gateway.feed.start()
         # Off the public origin: on its own port, 127.0.0.1 by default.
-        serve_metrics(settings.metrics_host, settings.gateway_metrics_port, metrics.GATEWAY,
-                      "PG_SHELL_GATEWAY_METRICS_PORT")
+        metrics.serve_metrics(settings.metrics_host, settings.gateway_metrics_port,
+                              metrics.GATEWAY, "PG_SHELL_GATEWAY_METRICS_PORT")
         queue_depth = asyncio.create_task(read_queue_depth(gateway.db,
                                                            settings.metrics_interval_s))
         yield

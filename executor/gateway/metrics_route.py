@@ -1,6 +1,6 @@
 """The gateway's metrics: the queue depth, read from the database every
 PG_SHELL_METRICS_INTERVAL_S into its registry, which is served on a port of
-its own (PG_SHELL_GATEWAY_METRICS_PORT, executor/worker/metrics_server.py),
+its own (PG_SHELL_GATEWAY_METRICS_PORT, metrics.serve_metrics),
 never on the public origin."""
 
 from __future__ import annotations

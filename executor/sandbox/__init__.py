@@ -17,7 +17,7 @@ from .errors import (
 )
 from .images import DEFAULT_REPOSITORY, EngineImage, Images, repository_of
 from .model import Interaction, Limits, RunRequest, RunResult
-from .runner import Sandbox, sandbox_from
+from .runner import Sandbox
 from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_SESSION, LABEL_WORKER
 
 __all__ = [
@@ -41,5 +41,4 @@ __all__ = [
     "Started",
     "VolumeError",
     "repository_of",
-    "sandbox_from",
 ]

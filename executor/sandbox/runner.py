@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from docker.utils.socket import frames_iter
 
@@ -31,9 +31,6 @@ from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, sessi
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
 from .watch import Frames, Watch, pump
-
-if TYPE_CHECKING:
-    from executor.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -407,12 +404,3 @@ def _interaction_fields(interaction: Interaction | None) -> dict[str, Any]:
     if interaction.tty:
         return {"tty": {"cols": interaction.cols, "rows": interaction.rows}}
     return {"stdin": True}
-
-
-def sandbox_from(settings: Settings) -> Sandbox:
-    """The sandbox the settings describe (the executor's, and cleanup's)."""
-    return Sandbox(settings.limits(), shell_root=settings.shell_root,
-                   docker_host=settings.docker_host, disk_quota=settings.disk_quota,
-                   volume_dir=settings.volumes_dir, scope=settings.scope,
-                   copies_per_user=settings.volumes_per_user,
-                   min_free_bytes=settings.min_free_mb * 1024 * 1024)

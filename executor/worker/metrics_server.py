@@ -1,15 +1,13 @@
 """The executor's /metrics: prometheus_client's HTTP server on
 PG_SHELL_METRICS_HOST:PG_SHELL_METRICS_PORT, and a thread that reads the
 queue depth from the database every PG_SHELL_METRICS_INTERVAL_S. The
-gateway serves its own registry the same way (`serve_metrics`), on a port
-of its own, off the public origin."""
+gateway serves its own registry the same way (`metrics.serve_metrics`), on
+a port of its own, off the public origin."""
 
 from __future__ import annotations
 
 import logging
 import threading
-
-from prometheus_client import CollectorRegistry, start_http_server
 
 from executor import metrics
 from executor.config import Settings
@@ -19,28 +17,11 @@ from executor.errors import PgShellError
 log = logging.getLogger(__name__)
 
 
-def serve_metrics(host: str, port: int, registry: CollectorRegistry, variable: str) -> bool:
-    """Serves ``registry`` at http://host:port/metrics from a thread; False if
-    ``port`` is 0 or taken (commands and requests are served all the same:
-    metrics are not worth an outage). ``variable`` names the port's setting."""
-    if port == 0:
-        log.info("metrics are off (%s=0)", variable)
-        return False
-    try:
-        start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        log.error("metrics not served: cannot listen on %s:%s: %s (set %s)",
-                  host, port, exc, variable)
-        return False
-    log.info("metrics on http://%s:%s/metrics", host, port)
-    return True
-
-
 def serve_executor_metrics(settings: Settings, stop: threading.Event) -> bool:
     """Starts serving the executor's metrics; False if they are off or the
     port is taken."""
-    if not serve_metrics(settings.metrics_host, settings.metrics_port, metrics.EXECUTOR,
-                         "PG_SHELL_METRICS_PORT"):
+    if not metrics.serve_metrics(settings.metrics_host, settings.metrics_port, metrics.EXECUTOR,
+                                 "PG_SHELL_METRICS_PORT"):
         return False
     db = ExecutorDatabase(settings.require_database_url(), settings.executor_role,
                           name="pg-shell-executor metrics", persistent=False)

@@ -29,6 +29,7 @@ import pytest
 from executor.db import migrations
 from executor.db.connection import connect
 from tests.conftest import require
+from tests.daemon import descendants
 from tests.executor.conftest import REPO, Shell
 from tests.support import create_user, tenant, wait_for
 
@@ -53,22 +54,6 @@ def run_cli(env: dict[str, str], timeout: float = HANG) -> subprocess.CompletedP
 
 def running_with_output(row: dict[str, Any]) -> bool:
     return row["status"] == "running" and row["output_bytes"] > 0
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def environ_blobs(pid: int) -> dict[str, bytes]:
