@@ -27,7 +27,7 @@ from executor.audit.signing import Signer
 from executor.config import Settings
 from executor.db import audit as db_audit
 from executor.db import retention
-from executor.db.connection import Connection, as_admin
+from executor.db.database import Database, as_admin
 from executor.errors import DatabaseUnavailable, PgShellError
 from executor.sandbox import EngineUnavailable, Sandbox, SandboxError
 
@@ -62,12 +62,12 @@ class Cleanup:
 
     def run_round(self) -> RoundResult:
         result = RoundResult()
-        with as_admin(self._dsn, "cleanup") as conn:
-            self._remove_old_history(conn, result)
-            result.trees_removed, result.blobs_removed = retention.collect_files(conn, FILES_GRACE)
-            result.upload_parts_removed = retention.collect_upload_parts(conn)
+        with as_admin(self._dsn, "cleanup") as db:
+            self._remove_old_history(db, result)
+            result.trees_removed, result.blobs_removed = retention.collect_files(db, FILES_GRACE)
+            result.upload_parts_removed = retention.collect_upload_parts(db)
             if self._sandbox is not None:
-                self._tidy_volumes(conn, result)
+                self._tidy_volumes(db, result)
         log.info("cleanup round: removed %d commands from %d sessions, %d trees and %d blobs no "
                  "one reaches, %d parts of abandoned uploads, %d volumes; released %d loop "
                  "devices", result.commands_removed, result.sessions_trimmed,
@@ -81,16 +81,16 @@ class Cleanup:
                                    chain_seq=chain_seq, chain_hash=chain_hash, removed=removed)
         return record, self._signer.sign(record), self._signer.key_id
 
-    def _remove_old_history(self, conn: Connection, result: RoundResult) -> None:
-        db_audit.register_key(conn, self._signer.public_key_hex, self._owner)
+    def _remove_old_history(self, db: Database, result: RoundResult) -> None:
+        db_audit.register_key(db, self._signer.public_key_hex, self._owner)
         before = _now() - datetime.timedelta(days=self.settings.retention_days)
         batch = self.settings.retention_batch
         after: str | None = None
-        while page := retention.sessions_with_old_history(conn, before, after, SESSIONS_PER_PAGE):
+        while page := retention.sessions_with_old_history(db, before, after, SESSIONS_PER_PAGE):
             for session_id in page:
                 removed_here = 0
                 while True:
-                    gone = retention.remove_batch(conn, session_id, before, batch,
+                    gone = retention.remove_batch(db, session_id, before, batch,
                                                   self._sign_checkpoint)
                     removed_here += gone
                     if gone < batch:
@@ -102,20 +102,20 @@ class Cleanup:
                              session_id, removed_here, before.isoformat())
             after = page[-1]
 
-    def _tidy_volumes(self, conn: Connection, result: RoundResult) -> None:
+    def _tidy_volumes(self, db: Database, result: RoundResult) -> None:
         assert self._sandbox is not None
         volumes = self._sandbox.volumes
         now = _now()
         known = [sid for sid in volumes.sessions() if _is_uuid(sid)]
         volume_cutoff = now - datetime.timedelta(days=self.settings.volume_idle_days)
-        stale = retention.idle_sessions(conn, known, volume_cutoff) if known else set()
-        stale |= retention.archived_sessions(conn, known) if known else set()
+        stale = retention.idle_sessions(db, known, volume_cutoff) if known else set()
+        stale |= retention.archived_sessions(db, known) if known else set()
         for session_id in sorted(stale):
             if self._try(volumes.remove, session_id, "remove volume"):
                 result.volumes_removed += 1
         attached = [sid for sid in volumes.attached() if _is_uuid(sid) and sid not in stale]
         loop_cutoff = now - datetime.timedelta(minutes=self.settings.loop_idle_minutes)
-        idle = retention.idle_sessions(conn, attached, loop_cutoff) if attached else set()
+        idle = retention.idle_sessions(db, attached, loop_cutoff) if attached else set()
         for session_id in sorted(idle):
             if self._try(volumes.release, session_id, "release loop device"):
                 result.loops_released += 1

@@ -13,8 +13,8 @@ import sdnotify
 
 from executor import metrics
 from executor.config import Settings
+from executor.db.queue import ExecutorDatabase, queue_depth
 from executor.worker.loop import Worker
-from executor.worker.metrics_server import serve_executor_metrics
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,17 @@ def warn_without_disk_quota(settings: Settings) -> None:
         log.warning("PG_SHELL_DISK_QUOTA=none: session homes have no disk quota, so one tenant "
                     "can fill the engine's disk for everyone. Not for untrusted tenants: use "
                     "PG_SHELL_DISK_QUOTA=loop (docs/operations.md, \"Which engine\").")
+
+
+def serve_executor_metrics(settings: Settings, stop: threading.Event) -> None:
+    """/metrics on PG_SHELL_METRICS_HOST:PG_SHELL_METRICS_PORT, with the queue
+    depth read every PG_SHELL_METRICS_INTERVAL_S (off when the port is 0)."""
+    if metrics.serve_metrics(settings.metrics_host, settings.metrics_port, metrics.EXECUTOR,
+                             "PG_SHELL_METRICS_PORT"):
+        db = ExecutorDatabase(settings.require_database_url(), settings.executor_role,
+                              name="pg-shell-executor metrics", persistent=False)
+        metrics.follow(metrics.QUEUE_DEPTH, lambda: queue_depth(db), settings.metrics_interval_s,
+                       stop)
 
 
 def run_executor(settings: Settings) -> int:

@@ -5,6 +5,7 @@ helpers that update and serve them."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -16,6 +17,8 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+
+from executor.errors import PgShellError
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +129,19 @@ def serve_metrics(host: str, port: int, registry: CollectorRegistry, variable: s
         return False
     log.info("metrics on http://%s:%s/metrics", host, port)
     return True
+
+
+def follow(gauge: Gauge, read: Callable[[], float], interval_s: float,
+           stop: threading.Event) -> None:
+    """Sets ``gauge`` from ``read`` every ``interval_s`` (the queue depth,
+    read from the database) in a thread, until ``stop``; an outage leaves
+    the gauge at its last value."""
+    def sample() -> None:
+        while True:
+            try:
+                gauge.set(read())
+            except PgShellError as exc:
+                log.warning("%s not read: %s", gauge._name, exc)
+            if stop.wait(interval_s):
+                return
+    threading.Thread(target=sample, name=f"metrics {gauge._name}", daemon=True).start()

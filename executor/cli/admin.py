@@ -12,7 +12,7 @@ from executor.cli import Commands
 from executor.config import Settings
 from executor.db import admin as db_admin
 from executor.db import migrations
-from executor.db.connection import as_admin, opened
+from executor.db.database import as_admin, one_off
 
 
 def register(commands: Commands) -> None:
@@ -84,7 +84,8 @@ def register(commands: Commands) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    with opened(settings.require_database_url(), "db migrate") as conn:
+    with one_off(settings.require_database_url(), "db migrate") as db:
+        conn = db.connection()  # the runner holds its own transactions and lock
         done = migrations.migrate(conn, to=args.to, progress=lambda m: print(m, file=sys.stderr))
         for notice in conn.notices:
             print(f"warning: {notice.strip()}", file=sys.stderr)
@@ -94,16 +95,16 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    with opened(settings.require_database_url(), "db status") as conn:
-        rows = migrations.status(conn)
+    with one_off(settings.require_database_url(), "db status") as db:
+        rows = migrations.status(db.connection())
     for row in rows:
         print(f"{row.state:8} {row.name:32} {row.applied_at or ''}")
     return 0
 
 
 def cmd_jwt_secret(args: argparse.Namespace, settings: Settings) -> int:
-    with as_admin(settings.require_database_url(), "db jwt-secret") as conn:
-        print(db_admin.jwt_secret(conn))
+    with as_admin(settings.require_database_url(), "db jwt-secret") as db:
+        print(db_admin.jwt_secret(db))
     return 0
 
 
@@ -116,16 +117,16 @@ def cmd_user_add(args: argparse.Namespace, settings: Settings) -> int:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = getpass.getpass(f"password for {args.username}: ")
-    with as_admin(settings.require_database_url(), "user add") as conn:
-        user_id = db_admin.create_user(conn, args.username, password)
+    with as_admin(settings.require_database_url(), "user add") as db:
+        user_id = db_admin.create_user(db, args.username, password)
     shown = f" with password {password}" if args.generate else ""
     print(f"created {args.username} ({user_id}){shown}")
     return 0
 
 
 def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
-    with as_admin(settings.require_database_url(), "user quota") as conn:
-        row = db_admin.set_quota(conn, args.username, args.sessions, args.running, args.queued,
+    with as_admin(settings.require_database_url(), "user quota") as db:
+        row = db_admin.set_quota(db, args.username, args.sessions, args.running, args.queued,
                                  args.output_mb, args.files_mb, args.tree_entries,
                                  args.root_entries, args.uploads_per_minute,
                                  args.terminal_idle_s, args.terminal_max_s,

@@ -126,23 +126,23 @@ def _print_report(report: audit.Report, as_json: bool, keys_note: str) -> int:
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     from executor.db import audit as db_audit
-    from executor.db.connection import as_admin
+    from executor.db.database import as_admin
 
-    with as_admin(settings.require_database_url(), "audit verify") as conn, \
-            db_audit.snapshot(conn):
-        keys = _trusted(args, {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)})
-        files = Files(db_audit.StoredFiles(conn)) if args.files else None
-        report = audit.verify(db_audit.history(conn, args.session), keys, _heads(args), files)
+    with as_admin(settings.require_database_url(), "audit verify") as db, \
+            db_audit.snapshot(db):
+        keys = _trusted(args, {k["key_id"]: k["public_key"] for k in db_audit.keys(db)})
+        files = Files(db_audit.StoredFiles(db)) if args.files else None
+        report = audit.verify(db_audit.history(db, args.session), keys, _heads(args), files)
     return _print_report(report, args.json, _keys_note(args, "database"))
 
 
 def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
     from executor.db import audit as db_audit
-    from executor.db.connection import as_admin
+    from executor.db.database import as_admin
 
-    with as_admin(settings.require_database_url(), "audit head") as conn:
+    with as_admin(settings.require_database_url(), "audit head") as db:
         heads = {str(s["session_id"]): [s["head_seq"], s["head_hash"]]
-                 for s in db_audit.sessions(conn, args.session)}
+                 for s in db_audit.sessions(db, args.session)}
     text = json.dumps(heads, indent=1, sort_keys=True) + "\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
@@ -154,14 +154,14 @@ def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from executor.db import audit as db_audit
-    from executor.db.connection import as_admin
+    from executor.db.database import as_admin
 
     out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
-        with as_admin(settings.require_database_url(), "audit export") as conn:
-            for key in db_audit.keys(conn):
+        with as_admin(settings.require_database_url(), "audit export") as db:
+            for key in db_audit.keys(db):
                 _line(out, {"type": "key", **key})
-            for session, links in db_audit.history(conn, args.session):
+            for session, links in db_audit.history(db, args.session):
                 _line(out, {"type": "session", **session})
                 for link in links:
                     _line(out, {"type": "link", **link})

@@ -14,7 +14,7 @@ from typing import Any
 from executor.cli import Commands
 from executor.config import Settings
 from executor.db import images as db_images
-from executor.db.connection import as_admin
+from executor.db.database import as_admin
 from executor.errors import PgShellError
 
 
@@ -96,8 +96,8 @@ def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
     except ImageNotFound as exc:
         raise PgShellError(f"{exc}: not promoted (build or load it on every executor's engine "
                            "first)") from exc
-    with as_admin(settings.require_database_url(), "image promote") as conn:
-        row = db_images.promote(conn, found.digest)
+    with as_admin(settings.require_database_url(), "image promote") as db:
+        row = db_images.promote(db, found.digest)
     previous = row["previous"]
     print(f"promoted {found.digest}" + (f" ({', '.join(found.tags)})" if found.tags else "")
           + (f", replacing {previous}" if previous and previous != found.digest else ""))
@@ -108,8 +108,8 @@ def _rows(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[
     """Engine images of the repository joined with the database's usage."""
     repository = _repository(args, settings)
     engine = _engine(settings)
-    with as_admin(settings.require_database_url(), "image list") as conn:
-        usage = {u["digest"]: u for u in db_images.usage(conn)}
+    with as_admin(settings.require_database_url(), "image list") as db:
+        usage = {u["digest"]: u for u in db_images.usage(db)}
     on_engine = {i.digest: i for i in engine.in_repository(repository)}
     rows = []
     for digest in list(on_engine) + [d for d in usage if d not in on_engine]:

@@ -14,7 +14,7 @@ from typing import Any
 from executor.cli import Commands
 from executor.config import Settings
 from executor.db import admin as db_admin
-from executor.db.connection import as_admin
+from executor.db.database import as_admin
 from executor.errors import PgShellError
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -53,8 +53,8 @@ def parse_since(text: str, now: datetime.datetime) -> datetime.datetime:
 
 def cmd_usage(args: argparse.Namespace, settings: Settings) -> int:
     since = parse_since(args.since, datetime.datetime.now(datetime.UTC))
-    with as_admin(settings.require_database_url(), "usage") as conn:
-        rows = db_admin.usage_report(conn, args.consumer, since)
+    with as_admin(settings.require_database_url(), "usage") as db:
+        rows = db_admin.usage_report(db, args.consumer, since)
     if args.csv:
         writer = csv.DictWriter(sys.stdout, CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()

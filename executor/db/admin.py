@@ -1,36 +1,35 @@
-"""Administration over DATABASE_URL, on a connection acting as shell_admin
-(``connection.as_admin``)."""
+"""Administration over DATABASE_URL, acting as shell_admin
+(``database.as_admin``); the gateway reads the JWT secret here too."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from executor.db.connection import Connection, query
+from executor.db.database import Connector
 
 
-def create_user(conn: Connection, username: str, password: str) -> str:
-    return str(query(conn, "SELECT shell.create_user(%s, %s) AS id",
-                     (username, password))[0]["id"])
+def create_user(db: Connector, username: str, password: str) -> str:
+    return str(db.call("SELECT shell.create_user(%s, %s) AS id", (username, password))[0]["id"])
 
 
-def set_quota(conn: Connection, username: str, sessions: int | None, running: int | None,
+def set_quota(db: Connector, username: str, sessions: int | None, running: int | None,
               queued: int | None, output_mb: int | None = None, files_mb: int | None = None,
               tree_entries: int | None = None, root_entries: int | None = None,
               uploads_per_minute: int | None = None, terminal_idle_s: int | None = None,
               terminal_max_s: int | None = None,
               inputs_per_second: int | None = None) -> dict[str, Any]:
-    return query(conn, "SELECT * FROM shell.set_user_quota(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                 "%s, %s, %s)",
-                 (username, sessions, running, queued, output_mb, files_mb, tree_entries,
-                  root_entries, uploads_per_minute, terminal_idle_s, terminal_max_s,
-                  inputs_per_second))[0]
+    return db.call("SELECT * FROM shell.set_user_quota(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                   "%s, %s, %s)",
+                   (username, sessions, running, queued, output_mb, files_mb, tree_entries,
+                    root_entries, uploads_per_minute, terminal_idle_s, terminal_max_s,
+                    inputs_per_second))[0]
 
 
-def jwt_secret(conn: Connection) -> str:
-    return str(query(conn, "SELECT shell.jwt_secret() AS s")[0]["s"])
+def jwt_secret(db: Connector) -> str:
+    return str(db.call("SELECT shell.jwt_secret() AS s")[0]["s"])
 
 
-def usage_report(conn: Connection, consumer: str, since: Any) -> list[dict[str, Any]]:
+def usage_report(db: Connector, consumer: str, since: Any) -> list[dict[str, Any]]:
     """Usage per user since the consumer's watermark, which the same call
     (one transaction) moves past what it reports."""
-    return query(conn, "SELECT * FROM shell.usage_report(%s, %s)", (consumer, since))
+    return db.call("SELECT * FROM shell.usage_report(%s, %s)", (consumer, since))

@@ -59,22 +59,6 @@ def connect(dsn: str, *, role: str | None = None, application_name: str = "pg-sh
     return conn
 
 
-@contextlib.contextmanager
-def opened(dsn: str, purpose: str, *, role: str | None = None) -> Iterator[Connection]:
-    """A connection for one piece of work (a CLI command, a cleanup round),
-    closed when it is done."""
-    conn = connect(dsn, role=role, application_name=f"pg-shell {purpose}")
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def as_admin(dsn: str, purpose: str) -> contextlib.AbstractContextManager[Connection]:
-    """The one way to act as shell_admin (operator commands, audit, retention)."""
-    return opened(dsn, purpose, role=ADMIN_ROLE)
-
-
 def quote_ident(name: str, conn: Connection) -> str:
     return psycopg2.extensions.quote_ident(name, conn)
 

@@ -1,21 +1,41 @@
-"""A database its owner keeps for a long time (the executor's threads): one
-connection, reconnected and retried with tenacity when PostgreSQL goes away,
-so a passing outage only delays. One-off work (a CLI command, a cleanup
-round) uses ``connection.opened`` or ``connection.as_admin`` instead."""
+"""The one way into the database: a ``Connector`` runs a statement
+(``call``) or a unit of work in one transaction (``transact``). Every query
+module (db/queue.py for the executor, db/admin.py, db/audit.py,
+db/retention.py, db/images.py, db/gateway.py) writes each of its SQL calls
+once against a Connector, so the executor, the gateway, the CLI and cleanup
+send the same text.
+
+``Database`` is the connector over one connection: kept for a long time by
+the executor's threads (reconnected and retried with tenacity when
+PostgreSQL goes away, so a passing outage only delays), or opened for one
+piece of work (``one_off``, ``as_admin``: a CLI command, a cleanup round).
+The gateway's pool is a connector too (db/gateway.py). Only the migration
+runner works on a bare connection: it holds its own transactions and lock."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import tenacity
 
-from executor.db.connection import Connection, connect, query, transaction
+from executor.db.connection import ADMIN_ROLE, Connection, connect, query, transaction
 from executor.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class Connector(Protocol):
+    def call(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        """Runs one statement in its own transaction; its rows as dicts."""
+        ...
+
+    def transact(self, work: Callable[[Any], T]) -> T:
+        """Runs ``work`` on a cursor (rows as dicts) inside one transaction."""
+        ...
 
 
 class Database:
@@ -75,3 +95,20 @@ class Database:
         except DatabaseUnavailable:
             self.close()
             raise
+
+
+@contextlib.contextmanager
+def one_off(dsn: str, purpose: str, *, role: str | None = None) -> Iterator[Database]:
+    """A database for one piece of work (a CLI command, a cleanup round),
+    tried once per call and closed when the work is done."""
+    db = Database(dsn, role, name=f"pg-shell {purpose}", persistent=False)
+    try:
+        db.connection()  # a wrong DATABASE_URL is said at once, before any work
+        yield db
+    finally:
+        db.close()
+
+
+def as_admin(dsn: str, purpose: str) -> contextlib.AbstractContextManager[Database]:
+    """The one way to act as shell_admin (operator commands, audit, retention)."""
+    return one_off(dsn, purpose, role=ADMIN_ROLE)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import select
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +14,11 @@ from typing import Any, TypeVar
 import psycopg2
 import psycopg2.extras
 import psycopg2.pool
+import psycopg2.sql
 
 from executor.db import row_query
-from executor.db.connection import connect, translate, translated_errors
-from executor.errors import DatabaseError, DatabaseUnavailable
+from executor.db.connection import translate, translated_errors
+from executor.errors import DatabaseError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,7 +102,15 @@ class GatewayDatabase:
     def close(self) -> None:
         self._pool.closeall()
 
-    def _run(self, work: Callable[[Any], T]) -> T:
+    def call(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        """Runs one statement as the login role (a Connector, as db/database.py says)."""
+        def run(cur: Any) -> list[dict[str, Any]]:
+            cur.execute(sql, params)
+            return [dict(r) for r in cur.fetchall()] if cur.description else []
+        return self.transact(run)
+
+    def transact(self, work: Callable[[Any], T]) -> T:
+        """Runs ``work`` on a cursor of a pooled connection, in one transaction."""
         with self._slots:
             try:
                 conn = self._pool.getconn()
@@ -127,7 +135,7 @@ class GatewayDatabase:
                                        tuple(r["arg_names"]), tuple(r["arg_types"]), r["defaults"])
                 for r in cur.fetchall()
             }
-        return self._run(read)
+        return self.transact(read)
 
     def result_columns(self) -> dict[str, tuple[str, ...]]:
         """Each set-returning function's result columns, in order."""
@@ -137,7 +145,7 @@ class GatewayDatabase:
             for r in cur.fetchall():
                 columns.setdefault(r["function"], []).append(r["column"])
             return {name: tuple(cols) for name, cols in columns.items()}
-        return self._run(read)
+        return self.transact(read)
 
     def read_rows(self, query: row_query.RowQuery, role: str, claims: dict[str, Any] | None,
                   check: Callable[[row_query.RowPage], None],
@@ -151,7 +159,7 @@ class GatewayDatabase:
             page = row_query.read_page(cur, query, encode, budget, max_rows)
             check(page)
             return page
-        return self._run(read)
+        return self.transact(read)
 
     def load_role_settings(self) -> None:
         def read(cur: Any) -> dict[str, list[tuple[str, str]]]:
@@ -162,7 +170,7 @@ class GatewayDatabase:
                     name, _, value = item.partition("=")
                     found.setdefault(r["role"], []).append((name, value))
             return found
-        self.role_settings = self._run(read)
+        self.role_settings = self.transact(read)
 
     def login_role_problem(self) -> str | None:
         """Why the login role may not serve tenants (it would see past
@@ -173,32 +181,18 @@ class GatewayDatabase:
             r = cur.fetchone()
             kind = "a superuser" if r["rolsuper"] else "BYPASSRLS" if r["rolbypassrls"] else None
             return f"the gateway's login role {r['rolname']} is {kind}" if kind else None
-        return self._run(read)
+        return self.transact(read)
 
-    def jwt_secret(self) -> str:
-        def read(cur: Any) -> str:
-            cur.execute("SELECT shell.jwt_secret() AS s")
-            return str(cur.fetchone()["s"])
-        return self._run(read)
-
-    def queue_depth(self) -> int:
-        """Pending commands of all tenants (for the metrics)."""
-        def read(cur: Any) -> int:
-            cur.execute("SELECT shell.queue_depth() AS n")
-            return int(cur.fetchone()["n"])
-        return self._run(read)
-
-    def call(self, fn: RpcFunction, args: dict[str, Any], role: str,
+    def call_function(self, fn: RpcFunction, args: dict[str, Any], role: str,
              claims: dict[str, Any] | None, response: ResponseSettings | None = None) -> Any:
         """Calls ``fn`` with named arguments (already checked against the
         catalog) as ``role``; returns a list of rows for a set-returning
         function, else the scalar. ``response`` receives the status and
         headers the function set, if any."""
-        types = dict(zip(fn.arg_names, fn.arg_types))
-        named = ", ".join(f'"{name}" => %s::{types[name]}' for name in args)
-        target = f'{API_SCHEMA}."{fn.name}"({named})'
-        sql = f"SELECT * FROM {target}" if fn.returns_set else f"SELECT {target} AS result"
-        values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
+        target, values = row_query.function_source(API_SCHEMA, fn.name, args,
+                                                   dict(zip(fn.arg_names, fn.arg_types)))
+        template = "SELECT * FROM {}" if fn.returns_set else "SELECT {} AS result"
+        sql = psycopg2.sql.SQL(template).format(target)
 
         def invoke(cur: Any) -> Any:
             _become(cur, role, claims, self.role_settings.get(role, []))
@@ -211,7 +205,7 @@ class GatewayDatabase:
                 return [dict(r) for r in rows]
             result = rows[0]["result"]
             return bytes(result) if isinstance(result, memoryview) else result  # bytea
-        return self._run(invoke)
+        return self.transact(invoke)
 
 
 def _become(cur: Any, role: str, claims: dict[str, Any] | None,
@@ -241,28 +235,3 @@ def _response_settings(cur: Any) -> ResponseSettings:
     except (TypeError, ValueError) as exc:
         raise DatabaseError(f"response.status or response.headers is malformed: {exc}") from exc
     return answer
-
-
-def listen_forever(dsn: str, channel: str, deliver: Callable[[str], None],
-                   stop: threading.Event) -> None:
-    """Delivers every NOTIFY payload of ``channel`` until ``stop``; reconnects
-    after an outage (notifications sent meanwhile are lost: listeners must
-    re-read their state, which the change cursor makes cheap)."""
-    while not stop.is_set():
-        conn = None
-        try:
-            conn = connect(dsn, application_name="pg-shell-gateway listen")
-            with conn.cursor() as cur:
-                cur.execute(f"LISTEN {channel}")
-            deliver("")  # (re)connected: everyone re-checks
-            while not stop.is_set():
-                if select.select([conn], [], [], 1.0)[0]:
-                    conn.poll()
-                    while conn.notifies:
-                        deliver(conn.notifies.pop(0).payload)
-        except (psycopg2.Error, DatabaseUnavailable, OSError) as exc:
-            log.warning("change listener lost its connection, reconnecting: %s", exc)
-            stop.wait(1.0)
-        finally:
-            if conn is not None:
-                conn.close()

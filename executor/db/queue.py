@@ -4,15 +4,12 @@ output, complete, expire and settle, on a retrying Database."""
 from __future__ import annotations
 
 import logging
-import select
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from executor.audit.records import ChainPosition, SignedRecord
-from executor.db.connection import query, translated_errors
-from executor.db.database import Database
-from executor.errors import DatabaseError
+from executor.db.database import Connector, Database
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +36,11 @@ class HostSession:
     user_id: str
     archived: bool
     stored: bool  # its files are in the database (the copy is only a cache)
+
+
+def queue_depth(db: Connector) -> int:
+    """Pending commands of all tenants (the executor's and the gateway's metrics)."""
+    return int(db.call("SELECT shell.queue_depth() AS n")[0]["n"])
 
 
 class ExecutorDatabase(Database):
@@ -115,11 +117,6 @@ class ExecutorDatabase(Database):
                          "archived, stored FROM shell.host_sessions(%s::uuid[])", (session_ids,))
         return [HostSession(**row) for row in rows]
 
-    def register_key(self, public_key_hex: str, worker_id: str) -> str:
-        rows = self.call("SELECT shell.register_signing_key(%s, %s) AS key_id",
-                         (public_key_hex, worker_id))
-        return str(rows[0]["key_id"])
-
     def publish_time_limit(self, seconds: float) -> None:
         """Tells the page the limit a running command's elapsed time counts against."""
         self.call("SELECT shell.publish_time_limit(%s)", (seconds,))
@@ -140,50 +137,3 @@ class ExecutorDatabase(Database):
         rows = self.call(
             "SELECT digest, promoted_at::text AS promoted_at FROM shell.current_image()")
         return (str(rows[0]["digest"]), str(rows[0]["promoted_at"])) if rows else None
-
-    def queue_depth(self) -> int:
-        """Pending commands of all tenants (for the metrics)."""
-        return int(self.call("SELECT shell.queue_depth() AS n")[0]["n"])
-
-
-class Listener:
-    """LISTEN on the executor's channels; NOTIFY is only a hint, so callers
-    also poll."""
-
-    CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions", "shell_archived",
-                "shell_input")
-
-    def __init__(self, db: ExecutorDatabase) -> None:
-        self._db = db
-        self._listening = False
-
-    def start(self) -> None:
-        """LISTEN before the executor says it is ready, so what is announced
-        after that (a session to warm) is not missed."""
-        self._listen(self._db.connection())
-
-    def _listen(self, conn: Any) -> None:
-        if not self._listening:
-            query(conn, "; ".join(f"LISTEN {c}" for c in self.CHANNELS))
-            self._listening = True
-
-    def wait(self, timeout: float, wake_fd: int) -> Iterator[tuple[str, str]]:
-        """Yields (channel, payload) of notifications that arrive within
-        ``timeout`` seconds; returns early on the first batch or when
-        ``wake_fd`` becomes readable."""
-        try:
-            conn = self._db.connection()
-            self._listen(conn)
-            if not conn.notifies:
-                select.select([conn.fileno(), wake_fd], [], [], timeout)
-                with translated_errors():
-                    conn.poll()
-        except (DatabaseError, OSError) as exc:
-            log.warning("listen connection lost, polling meanwhile: %s", exc)
-            self._db.close()
-            self._listening = False
-            select.select([wake_fd], [], [], timeout)
-            return
-        while conn.notifies:
-            note = conn.notifies.pop(0)
-            yield note.channel, note.payload

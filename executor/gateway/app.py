@@ -3,13 +3,13 @@ UI with a strict Content-Security-Policy, and long-polling for live output."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import decimal
 import json
 import logging
 import re
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -29,8 +29,10 @@ from starlette.types import Scope
 
 from executor import metrics
 from executor.config import Settings
+from executor.db import admin as db_admin
 from executor.db import row_query
 from executor.db.gateway import API_SCHEMA, GatewayDatabase, ResponseSettings, RpcFunction
+from executor.db.queue import queue_depth
 from executor.errors import ApiError, DatabaseError
 from executor.gateway import media, memory, openapi, ranges, rows
 from executor.gateway.auth import AuthError, Identity, identify
@@ -39,7 +41,6 @@ from executor.gateway.files import Files, PartsResponse, StagedUpload, user_of
 from executor.gateway.grammar import bigint, is_grammar
 from executor.gateway.json_stream import ByteaError, NulInText
 from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
-from executor.gateway.metrics_route import read_queue_depth
 from executor.gateway.status import hinted_retry_after, http_status
 from executor.gateway.throttle import AddressThrottle, retry_after
 from executor.gateway.user_limits import UserLimits
@@ -123,7 +124,7 @@ class Gateway:
     def load(self) -> None:
         self.catalog = self.db.catalog()
         self.columns = self.db.result_columns()
-        self.secret = self.db.jwt_secret()
+        self.secret = db_admin.jwt_secret(self.db)
         self.db.load_role_settings()
 
     def upload_allowed(self, scope: Scope) -> bool:
@@ -224,7 +225,7 @@ class Gateway:
                 return await self.files.download(request, args, identity)
             async with self.files.finishing_turn(args):
                 result = await self._wait(request, identity, fn, args,
-                                          lambda a: lambda: self.db.call(
+                                          lambda a: lambda: self.db.call_function(
                                               *self.files.finishing(fn, a), identity.role,
                                               identity.claims, asked))
         except TooManyWaiters as exc:
@@ -333,7 +334,7 @@ class Gateway:
         cursor_fn = self.catalog["session_cursor"]
 
         def cursor() -> int:
-            return int(self.db.call(cursor_fn, {"p_session_id": session_id}, identity.role,
+            return int(self.db.call_function(cursor_fn, {"p_session_id": session_id}, identity.role,
                                     identity.claims) or 0)
         return await self.live.wait(session_id, user, key, _wait_seconds(wait.group(1)),
                                     args, fetch_with, cursor, lambda: _disconnected(request))
@@ -407,10 +408,11 @@ def create_app(settings: Settings, dsn: str) -> Starlette:
         # Off the public origin: on its own port, 127.0.0.1 by default.
         metrics.serve_metrics(settings.metrics_host, settings.gateway_metrics_port,
                               metrics.GATEWAY, "PG_SHELL_GATEWAY_METRICS_PORT")
-        queue_depth = asyncio.create_task(read_queue_depth(gateway.db,
-                                                           settings.metrics_interval_s))
+        stop_metrics = threading.Event()
+        metrics.follow(metrics.GATEWAY_QUEUE_DEPTH, lambda: queue_depth(gateway.db),
+                       settings.metrics_interval_s, stop_metrics)
         yield
-        queue_depth.cancel()
+        stop_metrics.set()
         gateway.feed.stop()
         gateway.db.close()
 

@@ -206,6 +206,6 @@ class Files:
 
     async def _call(self, identity: Identity, fn: RpcFunction, args: dict[str, Any]) -> Any:
         async with self.limits.db_slot(user_of(identity)):
-            return await run_in_threadpool(self.db.call, fn, args, identity.role,
+            return await run_in_threadpool(self.db.call_function, fn, args, identity.role,
                                            identity.claims)
 

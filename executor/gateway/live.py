@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from executor.db.gateway import listen_forever
+from executor.db.database import Database
+from executor.db.listener import Listener
 
 CHANNEL = "shell_changes"
 RETRY_AFTER_S = 2
@@ -57,12 +58,19 @@ class ChangeFeed:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        threading.Thread(target=listen_forever,
-                         args=(self._dsn, CHANNEL, self._deliver, self._stop),
-                         name="change-feed", daemon=True).start()
+        threading.Thread(target=self._listen, name="change-feed", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _listen(self) -> None:
+        # (Re)listening may have missed changes: an empty payload wakes everyone.
+        listener = Listener(Database(self._dsn, None, name="pg-shell-gateway listen",
+                                     persistent=False), (CHANNEL,), lambda: self._deliver(""))
+        while not self._stop.is_set():
+            for _channel, session_id in listener.wait(1.0):
+                self._deliver(session_id)
+        listener.close()
 
     def _deliver(self, session_id: str) -> None:
         if self._loop is not None:

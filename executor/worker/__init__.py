@@ -1,4 +1,3 @@
 """The executor daemon's inside: the claim loop (`loop`), one command's life
 (`command`), its output streamed into the database (`output_writer`), its
-final status (`outcome`), the image new commands start on (`promotion`) and
-the metrics endpoint (`metrics_server`)."""
+final status (`outcome`) and the image new commands start on (`promotion`)."""

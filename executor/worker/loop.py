@@ -15,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from executor.audit.signing import Signer
 from executor.config import Settings
-from executor.db.queue import ExecutorDatabase, Listener
+from executor.db import audit as db_audit
+from executor.db.listener import Listener
+from executor.db.queue import ExecutorDatabase
 from executor.db.terminal import TerminalDatabase
 from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
@@ -30,6 +32,9 @@ from .promotion import ImagePromotion
 from .warm import WarmPool
 
 log = logging.getLogger(__name__)
+# What the database announces to executors: work, cancels, sessions to warm
+# or archived, input for a command held here.
+CHANNELS = ("shell_commands", "shell_cancel", "shell_sessions", "shell_archived", "shell_input")
 MiB = 1024 * 1024
 
 
@@ -50,7 +55,7 @@ class Worker:
         # outage, so its connections try once per round; command threads
         # retry until the database is back.
         self._control = self._database("claim", persistent=False)
-        self._listener = Listener(self._database("listen", persistent=False))
+        self._listener = Listener(self._database("listen", persistent=False), CHANNELS)
         self._runs: dict[int, Run] = {}
         self._runs_lock = threading.Lock()
         self._idle_dbs: queue.SimpleQueue[ExecutorDatabase] = queue.SimpleQueue()
@@ -105,7 +110,7 @@ class Worker:
                                                           name="pg-shell-executor input"))
         db = self._database("start-up")
         images.follow(db)
-        db.register_key(self._signer.public_key_hex, self.worker_id)
+        db_audit.register_key(db, self._signer.public_key_hex, self.worker_id)
         db.publish_time_limit(self.settings.timeout_s)
         log.info("worker %s signs results with key %s", self.worker_id, self._signer.key_id)
         # Containers this worker id left behind may have run even if they

@@ -21,7 +21,7 @@ from executor.audit.records import (
 )
 from executor.audit.signing import Signer
 from executor.db import audit as db_audit
-from executor.db.connection import as_admin
+from executor.db.database import as_admin
 from executor.db.queue import ClaimedCommand, ExecutorDatabase
 from executor.errors import LeaseLost
 from tests.db.claim_support import (
@@ -57,9 +57,9 @@ def _complete(worker: Worker, cid: int, record: str, signature: str | None,
 
 
 def _verify(dsn: str) -> audit.Report:
-    with as_admin(dsn, "test") as conn:
-        keys = {k["key_id"]: k["public_key"] for k in db_audit.keys(conn)}
-        return audit.verify(db_audit.history(conn), keys)
+    with as_admin(dsn, "test") as admin:
+        keys = {k["key_id"]: k["public_key"] for k in db_audit.keys(admin)}
+        return audit.verify(db_audit.history(admin), keys)
 
 
 def test_a_signed_record_that_agrees_is_chained_and_one_that_does_not_is_refused(db):
@@ -127,7 +127,7 @@ def test_the_executor_reads_the_position_signs_and_completes_in_one_transaction(
     signer = Signer.generate()
     executor_db = ExecutorDatabase(db, "shell_executor", persistent=False)
     try:
-        executor_db.register_key(signer.public_key_hex, "w1")
+        db_audit.register_key(executor_db, signer.public_key_hex, "w1")
         claimed = executor_db.claim("w1", 1, 30)[0]
         assert claimed.command_id == first
         executor_db.mark_started(claimed, "w1", "ctr", "sha256:test")

@@ -16,18 +16,15 @@ import pytest
 from jwt.utils import base64url_encode
 
 from executor.db import admin as db_admin
-from executor.db.connection import connect
+from executor.db.database import one_off
 from tests.gateway.api import PASSWORD, bearer, error, new_session, rpc
 from tests.support import connect_as, create_user
 
 
 @pytest.fixture
 def secret(db: str) -> str:
-    conn = connect(db)
-    try:
-        return db_admin.jwt_secret(conn)
-    finally:
-        conn.close()
+    with one_off(db, "test") as superuser:
+        return db_admin.jwt_secret(superuser)
 
 
 # -- PostgREST's status mapping -----------------------------------------------------
