@@ -3,7 +3,7 @@
 A record is JSON with sorted keys and compact separators, stored verbatim
 and hashed into the session's chain. Its *facts* are the fields that must
 agree with the command's row; keep them in step with the SQL function
-``shell.result_facts`` (sql/migrations/0004_result_chain.sql).
+``shell.result_facts`` (as it is now: sql/schema.sql).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Connection = psycopg2.extensions.connection
 # Statement failures that are about the connection, not the statement.
 _UNAVAILABLE_CLASSES = ("08", "57")
 ADMIN_ROLE = "shell_admin"
-LEASE_LOST_SQLSTATE = "PS001"  # shell.lease_lost (sql/migrations/0013_completion.sql)
+LEASE_LOST_SQLSTATE = "PS001"  # shell.lease_lost (sql/schema.sql)
 
 
 def translate(exc: psycopg2.Error) -> DatabaseError:

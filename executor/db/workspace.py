@@ -1,5 +1,5 @@
 """The workspace's side of the executor contract: blobs and trees in,
-listings, differences and blob chunks out (sql/migrations/0011_workspace.sql)."""
+listings, differences and blob chunks out (their functions: sql/schema.sql)."""
 
 from __future__ import annotations
 
