@@ -51,6 +51,12 @@ def window_frame(cols: int, rows: int) -> bytes:
     return json_frame(b"w", {"cols": cols, "rows": rows})
 
 
+def stop_frame() -> bytes:
+    """Stop the command now: the supervisor kills every process of the
+    tenant, then reports and saves the files as for a command that ended."""
+    return frame(b"K")
+
+
 class FrameDecoder:
     """Splits a byte stream into (kind, payload) frames, whatever the chunking."""
 

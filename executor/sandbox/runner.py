@@ -26,7 +26,14 @@ from .errors import SandboxError
 from .model import Interaction, Limits, RunRequest, RunResult
 from .output import OutputCapper
 from .ownership import ABANDONED_AFTER_S, abandoned
-from .protocol import Conversation, FileReceiver, InputFeed, ProtocolError, json_frame
+from .protocol import (
+    Conversation,
+    FileReceiver,
+    InputFeed,
+    ProtocolError,
+    json_frame,
+    stop_frame,
+)
 from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, session_env, warm_labels
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
@@ -267,7 +274,8 @@ class Sandbox:
         try:
             feed = conversation.inputs
             watch = Watch(self.containers.kill, self.limits, req, container_id, handed_over,
-                          cancel, feed.last_input if feed else lambda: 0.0)
+                          cancel, feed.last_input if feed else lambda: 0.0,
+                          stop=lambda _container_id: send(stop_frame()))
             try:
                 watch.collect(conversation, on_output, frames, exited)
             finally:
@@ -320,7 +328,9 @@ class Sandbox:
                 "reason": reason,
             },
         )
-        captured = reason is None and conversation.ended and conversation.manifest_done
+        # A command stopped at a limit or cancelled saved its files too,
+        # unless its container had to be killed (then it never said it ended).
+        captured = conversation.ended and conversation.manifest_done
         return RunResult(
             exit_code=exit_code,
             reason=reason,

@@ -17,6 +17,10 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # how often cancel/deadline are checked while output is quiet
 STREAM_GRACE_S = 2.0  # how long to wait for the output stream after exit
+# How long a command told to stop (its processes killed by the supervisor,
+# which then saves its files) may take to say it ended before its container
+# is killed, and its files with it.
+STOP_GRACE_S = 5.0
 SIGNALLED = 128  # a shell's status from here up: 128 + the signal that ended it
 # (stream, bytes) pieces of the container's output; None: the stream ended.
 Frames = queue.Queue[tuple[int, bytes] | None]
@@ -67,12 +71,20 @@ def pump(stream: Iterable[tuple[int, bytes]], frames: Frames,
 class Watch:
     """Reads one run's frames until the container is done, enforcing the
     time limit (on the command) and the capture limit (on the file scan
-    after it), and the cancel flag."""
+    after it), and the cancel flag.
+
+    A command stopped (time limit, idle limit, cancel) is stopped softly:
+    ``stop`` asks the supervisor to kill every process of the tenant, after
+    which it saves the files as for a command that ended, so what it wrote
+    is kept. Only if that does not happen within STOP_GRACE_S is the
+    container killed (``kill``), and the files with it."""
 
     def __init__(self, kill: Callable[[str], None], limits: Limits, req: RunRequest,
                  container_id: str, started: float, cancel: threading.Event,
-                 last_input: Callable[[], float] = lambda: 0.0) -> None:
+                 last_input: Callable[[], float] = lambda: 0.0,
+                 stop: Callable[[str], None] | None = None) -> None:
         self.kill = kill
+        self.stop = stop or kill
         # A terminal command has the tenant's limits: a maximum duration,
         # and an idle limit on time without input or output. Input given
         # up front leaves a command a batch one.
@@ -86,7 +98,8 @@ class Watch:
         self.container_id = container_id
         self.started = started
         self.cancel = cancel
-        self.reason: str | None = None
+        self.reason: str | None = None  # why the command was stopped, if it was
+        self.kill_at: float | None = None  # when a stopped command's container is killed
         self.capture_failure: str | None = None  # why the files were not captured
         self.exit_code = -1
         self.duration_s = 0.0
@@ -113,13 +126,10 @@ class Watch:
                 expected = conversation.files.expected_bytes if conversation.files else 0
                 deadline = now + files_deadline_s(self.capture_base_s, self.capture_bytes_per_s,
                                                   expected)
-            if self.reason is None and self.cancel.is_set() and ended_at is None:
-                self._stop("cancelled")
-            elif self.reason is None and now >= deadline:
-                self._stop("timeout" if ended_at is None else "capture timeout")
-            elif (self.reason is None and ended_at is None and self.idle_s is not None
-                  and now - max(last_output, self.last_input()) >= self.idle_s):
-                self._stop("idle")
+            if ended_at is None:
+                self._enforce(now, deadline, last_output)
+            elif now >= deadline and self.capture_failure is None:
+                self._capture_timeout()
             if exited.is_set() and exited_at is None:
                 exited_at = now
             if exited_at is not None and now - exited_at > STREAM_GRACE_S:
@@ -143,7 +153,8 @@ class Watch:
             except ProtocolError as exc:
                 log.warning("command_id=%s: %s", self.req.command_id, exc)
                 self.capture_failure = f"the sandbox broke the protocol ({exc})"
-                self._stop("protocol error")
+                self.reason = self.reason or "protocol error"
+                self.kill(self.container_id)
                 continue
             if text:
                 on_output(text)
@@ -151,15 +162,34 @@ class Watch:
         if tail:
             on_output(tail)
         self.duration_s = (ended_at or exited_at or time.monotonic()) - self.started
-        if self.reason == "capture timeout":
-            self.capture_failure = (
-                f"saving them took longer than its limit ({self.capture_base_s:g} s, and 1 s "
-                f"more per {self.capture_bytes_per_s // 1024} KiB of changed files)")
-        if self.reason == "capture timeout" or self.reason == "protocol error":
-            # The command itself ended: its exit status stands, its files are not saved.
-            self.reason = None
+        if self.capture_failure is not None:
+            # Its files are not saved; the command's own ending stands (the
+            # exit status it had, or the reason it was stopped).
             conversation.ended = False
+            if self.reason == "protocol error":
+                self.reason = None
+
+    def _enforce(self, now: float, deadline: float, last_output: float) -> None:
+        """While the command runs: stops it at its limits or when cancelled,
+        and kills its container if it does not stop in time."""
+        if self.reason is not None:
+            if self.kill_at is not None and now >= self.kill_at:
+                self.kill_at = None
+                self.kill(self.container_id)
+        elif self.cancel.is_set():
+            self._stop("cancelled")
+        elif now >= deadline:
+            self._stop("timeout")
+        elif self.idle_s is not None and now - max(last_output, self.last_input()) >= self.idle_s:
+            self._stop("idle")
 
     def _stop(self, reason: str) -> None:
         self.reason = reason
+        self.kill_at = time.monotonic() + STOP_GRACE_S
+        self.stop(self.container_id)
+
+    def _capture_timeout(self) -> None:
+        self.capture_failure = (
+            f"saving them took longer than its limit ({self.capture_base_s:g} s, and 1 s "
+            f"more per {self.capture_bytes_per_s // 1024} KiB of changed files)")
         self.kill(self.container_id)

@@ -3,8 +3,6 @@ exit codes, ordering, and output that streams."""
 
 from __future__ import annotations
 
-import time
-
 
 def test_pipes_globs_redirects_and_variables_work(daemon, shell):
     row = shell.run("echo hello | tr a-z A-Z && touch a1 a2 && echo a* > list && X=42; cat list; "
@@ -85,13 +83,14 @@ def test_output_over_the_cap_is_truncated_with_a_marker(make_daemon, shell):
     assert len(row["output"].encode()) < 4096 + 200
 
 
-def test_timeout_kills_the_container_and_keeps_partial_output(make_daemon, shell):
+def test_a_timed_out_command_keeps_its_partial_output_and_the_files_it_wrote(make_daemon, shell):
     make_daemon(PG_SHELL_TIMEOUT_S="2").start()
-    started = time.monotonic()
-    row = shell.run("echo partial; sleep 60")
-    assert time.monotonic() - started < 30
+    row = shell.run("echo partial; echo kept > partial.txt; cd /tmp; sleep 60")
     assert (row["status"], row["exit_code"], row["reason"]) == ("failed", 124, "timeout")
-    assert row["output"].startswith("partial\n")
+    assert row["output"] == ("partial\n\n[pg-shell: timed out, so its cd and export did not "
+                             "take effect]\n")
+    after = shell.run("pwd; cat partial.txt")
+    assert after["output"] == "/home/sandbox\nkept\n"
 
 
 def test_out_of_memory_is_reported_as_oom(make_daemon, shell):
@@ -100,15 +99,16 @@ def test_out_of_memory_is_reported_as_oom(make_daemon, shell):
     assert (row["status"], row["exit_code"], row["reason"]) == ("failed", 137, "oom")
 
 
-def test_cancel_kills_a_running_command_within_a_second(daemon, shell):
-    cid = shell.submit("echo started; sleep 60")
+def test_cancel_stops_a_running_command_and_keeps_the_files_it_wrote(daemon, shell):
+    cid = shell.submit("echo started; echo kept > partial.txt; (sleep 600; echo late > late.txt) & "
+                       "sleep 60")
     shell.wait(cid, until=lambda r: r["output_bytes"] > 0)
-    asked = time.monotonic()
     assert shell.cancel(cid) is True
-    row = shell.wait(cid)
-    assert time.monotonic() - asked < 1.5
+    row = shell.wait(cid, timeout=30)  # a liveness bound: the command would run a minute
     assert (row["status"], row["reason"]) == ("cancelled", "cancelled")
     assert row["output"].startswith("started\n")
+    # What it wrote is kept; what it left running was ended with it.
+    assert shell.run("cat partial.txt; ls")["output"] == "kept\npartial.txt\n"
 
 
 def test_cancel_of_a_pending_command_means_it_never_runs(daemon, shell):

@@ -11,7 +11,7 @@ import time
 
 from executor.sandbox.model import Limits, RunRequest
 from executor.sandbox.output import OutputCapper
-from executor.sandbox.protocol import Conversation, json_frame
+from executor.sandbox.protocol import Conversation, frame, json_frame
 from executor.sandbox.watch import Frames, Watch, files_deadline_s
 
 MiB = 1024 * 1024
@@ -44,3 +44,50 @@ def test_a_scan_that_outlasts_its_deadline_leaves_the_status_and_says_why() -> N
     assert watch.reason is None and conversation.status == 0  # the command itself finished
     assert watch.capture_failure is not None
     assert watch.capture_failure.startswith("saving them took longer than its limit (0.01 s")
+
+
+def _stopped_run(reports: bool) -> tuple[Watch, Conversation, list[str], list[str]]:
+    """A command cancelled while it runs: the supervisor, told to stop it,
+    reports its end (``reports``) or says nothing at all."""
+    frames: Frames = queue.Queue()
+    exited = threading.Event()
+    stopped: list[str] = []
+    killed: list[str] = []
+
+    def stop(container_id: str) -> None:
+        stopped.append(container_id)
+        if reports:  # its processes killed, the shell's status, an empty home, the end
+            frames.put((1, json_frame(b"x", {"status": 137})))
+            frames.put((1, json_frame(b"M", {})))
+            frames.put((1, frame(b"e")))
+            frames.put(None)
+            exited.set()
+
+    def kill(container_id: str) -> None:
+        killed.append(container_id)
+        frames.put(None)
+        exited.set()
+
+    req = RunRequest(command_id=1, session_id="s", worker_id="w", command="sleep 60", cwd="/",
+                     env={}, image="i")
+    cancel = threading.Event()
+    cancel.set()
+    watch = Watch(kill, Limits(timeout_s=60, capture_base_s=5), req, "ctr", time.monotonic(),
+                  cancel, stop=stop)
+    conversation = Conversation(OutputCapper(1024))
+    watch.collect(conversation, lambda _text: None, frames, exited)
+    return watch, conversation, stopped, killed
+
+
+def test_a_stopped_command_that_ends_keeps_its_container_until_its_files_are_told() -> None:
+    watch, conversation, stopped, killed = _stopped_run(reports=True)
+    assert (stopped, killed) == (["ctr"], [])
+    assert watch.reason == "cancelled" and conversation.status == 137
+    assert conversation.ended and conversation.manifest_done  # its files are saved
+
+
+def test_a_stopped_command_that_never_ends_has_its_container_killed(monkeypatch) -> None:
+    monkeypatch.setattr("executor.sandbox.watch.STOP_GRACE_S", 0.05)
+    watch, conversation, stopped, killed = _stopped_run(reports=False)
+    assert (stopped, killed) == (["ctr"], ["ctr"])
+    assert watch.reason == "cancelled" and conversation.status is None
