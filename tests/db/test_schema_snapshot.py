@@ -1,6 +1,7 @@
 """sql/schema.sql is the schema the migrations build: a database migrated by
 the runner, dumped and normalized as ops/schema-snapshot does it, equals the
-committed file; and ops/schema-snapshot writes exactly that."""
+committed file; and ops/schema-snapshot writes exactly that. Every function
+and table in it carries a comment, so it can be read without the history."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from executor.db import schema_snapshot
 from executor.db.connection import connect, query
 from tests.conftest import require
+from tests.db.api_helpers import superuser_rows
 
 pytestmark = pytest.mark.postgres
 
@@ -21,6 +23,27 @@ REPO = Path(__file__).resolve().parents[2]
 STALE = ("sql/schema.sql differs from the schema that sql/migrations build. Run "
          "ops/schema-snapshot and commit sql/schema.sql. (A migration that landed is never edited: "
          "a change to the schema comes as a new numbered file.)")
+
+
+# Every function of shell_api and shell (pgcrypto's, installed in shell, aside: the extension's
+# own) and every table of shell, with its comment.
+DOCUMENTED = """
+SELECT 'function' AS kind, p.oid::regprocedure::text AS name,
+       obj_description(p.oid, 'pg_proc') AS comment
+FROM pg_proc p
+WHERE p.pronamespace IN ('shell'::regnamespace, 'shell_api'::regnamespace)
+  AND NOT EXISTS (SELECT FROM pg_depend d
+                  WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+UNION ALL
+SELECT 'table', c.oid::regclass::text, obj_description(c.oid, 'pg_class')
+FROM pg_class c
+WHERE c.relnamespace = 'shell'::regnamespace AND c.relkind IN ('r', 'p')
+ORDER BY 1, 2
+"""
+UNCOMMENTED = ("These have no comment, so sql/schema.sql does not say what they are. Add a "
+               "COMMENT ON FUNCTION (or TABLE) in the migration that creates them: what it does, "
+               "who calls it, what it returns, the SQLSTATEs it refuses with (the style of "
+               "sql/migrations/0032_comments.sql).")
 
 
 def diff(committed: str, built: str) -> str:
@@ -59,3 +82,15 @@ def test_ops_schema_snapshot_writes_what_the_migrations_build(admin_dsn: str, db
     finally:
         admin.close()
     assert left == [], "ops/schema-snapshot left its scratch database behind"
+
+
+def test_every_function_and_table_has_a_comment(db: str) -> None:
+    rows = superuser_rows(db, DOCUMENTED)
+    names = {r["name"] for r in rows}
+    # The catalog query sees the schema (an empty answer would pass vacuously), the
+    # executor's and the administrators' entry points among it.
+    assert {"shell_api.login(text,text)", "shell.jwt_secret()", "shell.users"} <= names
+    assert any(n.startswith("shell.claim_commands(") for n in names)
+    missing = [f"{r['kind']} {r['name']}" for r in rows if not (r["comment"] or "").strip()]
+    if missing:
+        pytest.fail(f"{UNCOMMENTED}\n\n" + "\n".join(missing), pytrace=False)
