@@ -1,19 +1,18 @@
 // Calling the HTTP API (PostgREST's /rpc/<function>), for fetch and for
-// htmx alike, and saying what went wrong on the status line. Loaded first:
-// every other script uses $, rpc and fail.
-"use strict";
+// htmx alike, and saying what went wrong on the status line.
+import { forgetToken, token } from "./token.js";
 
-const $ = (sel) => document.querySelector(sel);
+export const $ = (sel) => document.querySelector(sel);
 
-function sleep(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
+export function sleep(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
 
-function showStatus(text, isError = true) {
+export function showStatus(text, isError = true) {
   const el = $("#status");
   el.textContent = text || "";
   el.classList.toggle("error", Boolean(text) && isError);
 }
 
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(status, body) {
     const message = (body && body.message) || `HTTP ${status}`;
     super(body && body.hint ? `${message} — ${body.hint}` : message);
@@ -28,8 +27,9 @@ async function errorOf(response) {
 }
 
 // One /rpc call: JSON in, JSON (or HTML with html: true, a Blob of the raw
-// bytes with bytes: true) out.
-async function rpc(name, { args = null, get = false, html = false, bytes = false, signal, headers = {} } = {}) {
+// bytes with bytes: true) out. The views are htmx's (index.html); this is
+// for actions and for what htmx cannot do (the live loop, bytes).
+export async function rpc(name, { args = null, get = false, html = false, bytes = false, signal, headers = {} } = {}) {
   const init = { method: get ? "GET" : "POST", signal, headers: { ...headers } };
   let url = `/rpc/${name}`;
   if (get && args) url += "?" + new URLSearchParams(args);
@@ -44,31 +44,42 @@ async function rpc(name, { args = null, get = false, html = false, bytes = false
   return html ? response.text() : bytes ? response.blob() : response.json();
 }
 
+// What a 401 does once the token is dropped: router.js shows the sign-in
+// form (it registers itself here; this module sits below it).
+let signedOut = () => {};
+export function onSignedOut(callback) { signedOut = callback; }
+
 // An error on the status line; a 401 means the token is no longer good, so
 // it is dropped and the sign-in form shown.
-function fail(error) {
+export function fail(error) {
   if (error.name === "AbortError") return;
   if (error.status === 401) {
     forgetToken();
     showStatus("Please sign in again: " + error.message);
-    route();
+    signedOut();
     return;
   }
   showStatus(error.message);
 }
 
-// htmx's requests (the command form) carry the token and ask for HTML, and
-// their errors are reported as fetch's are.
+// The error an htmx request answered with, as rpc's.
+export function htmxError(event) {
+  const xhr = event.detail.xhr;
+  let body = null;
+  try { body = JSON.parse(xhr.responseText); } catch (_) { /* not JSON */ }
+  return new ApiError(xhr.status, body);
+}
+
+// htmx's requests (the views, the command form) carry the token and ask for
+// HTML, and their errors are reported as fetch's are, unless the element
+// that asked reported it itself (it calls preventDefault: the files panel).
 document.body.addEventListener("htmx:configRequest", (event) => {
   if (token()) event.detail.headers.Authorization = `Bearer ${token()}`;
   event.detail.headers.Accept = "text/html";
 });
 
 document.body.addEventListener("htmx:responseError", (event) => {
-  const xhr = event.detail.xhr;
-  let body = null;
-  try { body = JSON.parse(xhr.responseText); } catch (_) { /* not JSON */ }
-  fail(new ApiError(xhr.status, body));
+  if (!event.defaultPrevented) fail(htmxError(event));
 });
 
 document.body.addEventListener("htmx:sendError", () => showStatus("The server cannot be reached."));

@@ -1,39 +1,37 @@
-// The files panel of the open session: its files, each with a download
-// button, and an upload form. terminal.js tells it when a session opens or
-// closes, scrollback.js when a finished command changed files.
+// The files panel of the open session: its listing (session_files_html,
+// fetched and swapped by htmx: index.html's #files-listing), each file with
+// a download button, and an upload form. terminal.js tells it when a
+// session opens or closes, scrollback.js when a finished command changed
+// files.
 //
 // The bytes travel as PostgREST moves them, so the page works in front of
 // the embedded gateway and of plain PostgREST alike: read_file answers
 // `Accept: application/octet-stream` with the raw bytes (handed to the
 // browser as a Blob URL: the CSP needs nothing more), and upload_file takes
-// its bytea in PostgreSQL's hex format ("\x…") inside the JSON body.
-// Paths are tenant data: they reach the page through textContent only.
-"use strict";
+// its bytea in PostgreSQL's hex format ("\x…") inside the JSON body: htmx
+// sends neither, so these two are fetch's.
+import { $, fail, htmxError, rpc } from "./api.js";
 
 const MAX_UPLOAD = 64 * 1024 * 1024;  // upload_file refuses more (PT413): say so before reading it
-const MAX_LISTED = 1000;               // entries the panel reads: session_files' page (its most)
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
+const listing = $("#files-listing");
 
-const files = {
+export const files = {
   sessionId: null,
-  generation: 0,    // bumps on every open/close so a stale answer is dropped
-  loading: null,    // the listing being read, if any
-  again: false,     // something changed while it was read: read once more
 
   open(id) {
     this.close();
     this.sessionId = id;
     $("#files-toggle").hidden = false;
-    $("#files-list").replaceChildren();
+    listing.replaceChildren();
     $("#upload-form").reset();
-    $("#files-note").textContent = "";
     this.say("");
     if (this.visible()) this.load();
   },
 
   close() {
-    this.generation += 1;
     this.sessionId = null;
+    htmx.trigger(listing, "htmx:abort");  // a listing still on its way is another session's
     $("#files-toggle").hidden = true;
   },
 
@@ -49,41 +47,9 @@ const files = {
   // A command finished that changed files: a hidden panel reads them when shown.
   changed() { if (this.visible()) this.load(); },
 
-  // One listing at a time; asks made meanwhile are folded into one more read.
-  load() {
-    if (this.loading) {
-      this.again = true;
-      return this.loading;
-    }
-    this.loading = (async () => {
-      do {
-        this.again = false;
-        await this.read();
-      } while (this.again);
-    })().finally(() => { this.loading = null; });
-    return this.loading;
-  },
-
-  async read() {
-    const { sessionId, generation } = this;
-    if (!sessionId) return;
-    try {
-      // One page: a call costs what it returns, whatever the tree holds.
-      const list = await rpc("session_files", { get: true, args: { p_session_id: sessionId, p_limit: MAX_LISTED } });
-      if (generation === this.generation) this.render(list);
-    } catch (error) {
-      if (generation === this.generation) this.failed(error);
-    }
-  },
-
-  render(list) {
-    const shown = list.filter((f) => f.kind !== "dir");
-    const rows = document.createDocumentFragment();
-    for (const f of shown) rows.append(fileRow(f));
-    $("#files-list").replaceChildren(rows);
-    $("#files-note").textContent = !shown.length && list.length < MAX_LISTED ? "No files yet."
-      : list.length >= MAX_LISTED ? `The first ${shown.length} files are shown; there are more.` : "";
-  },
+  // The listing of the session in #session-id; a read already under way is
+  // replaced by this one (hx-sync).
+  load() { htmx.trigger(listing, "refresh"); },
 
   async download(path) {
     try {
@@ -118,7 +84,7 @@ const files = {
       await rpc("upload_file", { args: { p_session_id: sessionId, p_path: path, p_content: content } });
       form.reset();
       this.say(`Uploaded ${path}.`);
-      await this.load();
+      if (sessionId === this.sessionId) this.load();
     } catch (error) {
       this.failed(error);
     } finally {
@@ -139,40 +105,6 @@ const files = {
   },
 };
 
-function fileRow(f) {
-  const tr = document.createElement("tr");
-  const cell = (text, className) => {
-    const td = document.createElement("td");
-    td.className = className;
-    td.textContent = text;
-    tr.append(td);
-    return td;
-  };
-  cell(f.kind === "symlink" ? `${f.path} → ${f.target}` : f.path, "path");
-  cell(f.kind === "file" ? formatSize(f.size) : "link", "size").title = `${f.size} bytes`;
-  cell(f.mode.toString(8).padStart(3, "0"), "mode");
-  const action = cell("", "action");
-  if (f.kind === "file") {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.className = "link";
-    button.textContent = "download";
-    button.dataset.download = f.path;
-    button.setAttribute("aria-label", `download ${f.path}`);
-    action.append(button);
-  }
-  return tr;
-}
-
-function formatSize(bytes) {
-  if (bytes < 1024) return `${bytes} B`;
-  const units = ["KiB", "MiB", "GiB", "TiB"];
-  let value = bytes / 1024;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
-  return `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
-}
-
 // Bytes as PostgreSQL's hex format wants them (without the leading \x).
 function hex(bytes) {
   const parts = [];
@@ -184,9 +116,18 @@ function hex(bytes) {
   return parts.join("");
 }
 
+// The listing's errors go on the panel's message line (api.js leaves them
+// to it); a 401 still signs out.
+listing.addEventListener("htmx:responseError", (event) => {
+  const error = htmxError(event);
+  if (error.status === 401) return;
+  event.preventDefault();
+  files.say(error.message, true);
+});
+
 $("#files-toggle").addEventListener("click", () => files.toggle());
 
-$("#files-list").addEventListener("click", (event) => {
+listing.addEventListener("click", (event) => {
   const button = event.target.closest("button[data-download]");
   if (button) files.download(button.dataset.download);
 });

@@ -1,6 +1,6 @@
 // "fork from here" on a command: a new session that starts from the state
 // right after it (its directory, environment and files), opened at once.
-"use strict";
+import { $, fail, rpc, showStatus } from "./api.js";
 
 $("#scrollback").addEventListener("click", async (event) => {
   const button = event.target.closest("button[data-fork]");

@@ -1,12 +1,13 @@
-// The input line as a person expects it: Enter runs
-// the command, Shift+Enter adds a line and a paste keeps its lines; Ctrl-U
-// empties the line; Ctrl-L and a `clear` command clear the view while the
-// history stays (the commands stay in the page, hidden, so ↑ still recalls
-// them); the prompt shows the session's directory; a command the server
-// refuses comes back to the line.
-"use strict";
-
-const MAX_ROWS = 10;
+// The input line as a person expects it: Enter runs the command (htmx posts
+// the form to submit_command_html, or tty/submit.js runs it on a terminal),
+// Shift+Enter adds a line and a paste keeps its lines; ↑ and ↓ recall
+// history (recall.js); Ctrl-U empties the line; Ctrl-L and a `clear`
+// command clear the view (screen.js); a command the server refuses comes
+// back to the line.
+import { $, fail } from "./api.js";
+import { recall } from "./recall.js";
+import { fitInput, screen, showPromptCwd } from "./screen.js";
+import { terminal } from "./terminal.js";
 
 function caretOnFirstLine(input) {
   return !input.value.slice(0, input.selectionStart).includes("\n");
@@ -16,58 +17,35 @@ function caretOnLastLine(input) {
   return !input.value.slice(input.selectionEnd).includes("\n");
 }
 
-// The textarea grows with its lines, up to MAX_ROWS, then scrolls.
-function fitInput() {
-  const input = $("#command");
-  input.rows = Math.min(MAX_ROWS, Math.max(1, input.value.split("\n").length));
+function showRecalled(input, text) {
+  input.value = text;
+  input.setSelectionRange(input.value.length, input.value.length);
 }
 
-const screen = {
-  clearedThrough: 0,   // commands up to this id are hidden by a clear
-  clearOnArrival: false,
-
-  // Hides every command shown so far; new ones appear as usual.
-  clear() {
-    const ids = [...$("#scrollback").querySelectorAll("article.cmd")].map((a) => Number(a.dataset.id));
-    this.clearedThrough = Math.max(this.clearedThrough, ...ids, 0);
-    this.hideCleared();
-  },
-
-  hideCleared() {
-    for (const article of $("#scrollback").querySelectorAll("article.cmd")) {
-      const id = Number(article.dataset.id);
-      // A `clear` that ran cleanly hides itself too, as in a terminal.
-      if (this.clearOnArrival && id > this.clearedThrough && isCleanClear(article)) {
-        this.clearedThrough = id;
-        this.clearOnArrival = false;
-      }
-      article.hidden = id <= this.clearedThrough;
-    }
-  },
-
-  reset() {
-    this.clearedThrough = 0;
-    this.clearOnArrival = false;
-  },
-};
-
-function isCleanClear(article) {
-  const text = article.querySelector(".text");
-  return text && text.textContent.trim() === "clear" && article.dataset.outcome === "ok";
-}
-
-// The directory of the prompt: where the newest finished command left the
-// session, or (before any) where the session is.
-function showPromptCwd(fallback) {
-  const finished = [...$("#scrollback").querySelectorAll("article.cmd[data-cwd]")];
-  const cwd = finished.length ? finished[finished.length - 1].dataset.cwd : fallback;
-  if (cwd !== undefined && cwd !== null) $("#prompt-cwd").textContent = cwd;
-}
-
-function shortCwd(cwd) {
-  if (cwd === "/home/sandbox") return "~";
-  return cwd.startsWith("/home/sandbox/") ? "~" + cwd.slice("/home/sandbox".length) : cwd;
-}
+$("#command").addEventListener("keydown", (event) => {
+  const input = event.target;
+  const up = event.key === "ArrowUp" && caretOnFirstLine(input);
+  const down = event.key === "ArrowDown" && caretOnLastLine(input);
+  if (!up && !down) return;
+  const r = recall;
+  if (r.index >= r.history.length) r.start(input.value);
+  if (up && r.index === 0) {
+    // At the oldest command loaded: ↑ goes on into the older history.
+    event.preventDefault();
+    const index = r.history.length;
+    r.fetchEarlier(terminal).then((added) => {
+      if (!added) return;
+      r.start(r.draft);
+      r.index = r.history.length - index - 1;
+      showRecalled(input, r.history[r.index]);
+    }).catch(fail);
+    return;
+  }
+  if (down && r.index >= r.history.length) return;
+  event.preventDefault();
+  r.index += up ? -1 : 1;
+  showRecalled(input, r.index < r.history.length ? r.history[r.index] : r.draft);
+});
 
 $("#command").addEventListener("keydown", (event) => {
   const input = event.target;
@@ -93,6 +71,7 @@ $("#command").addEventListener("input", fitInput);
 
 // Sending empties the line and ends a recall (an empty line is not sent);
 // a command the server refused comes back, to be fixed and sent again.
+// tty/submit.js imports this module so that this handler runs before its.
 let lastSent = "";
 
 document.body.addEventListener("htmx:configRequest", (event) => {
@@ -118,25 +97,3 @@ new MutationObserver(() => {
   screen.hideCleared();
   showPromptCwd();
 }).observe($("#scrollback"), { childList: true });
-
-// A session opens: nothing is cleared yet, and the prompt starts at the
-// session's directory until its commands say otherwise.
-async function openedSession() {
-  screen.reset();
-  $("#prompt-cwd").textContent = "";
-  $("#lineage").hidden = true;
-  fitInput();
-  const id = sessionFromHash();
-  if (!id || !token()) return;
-  try {
-    const list = await rpc("list_sessions", { get: true });
-    const session = list.find((s) => s.id === id);
-    if (session && sessionFromHash() === id) {
-      showPromptCwd(shortCwd(session.cwd));
-      showLineage(session, list);
-    }
-  } catch (_) { /* the terminal reports errors itself */ }
-}
-
-window.addEventListener("hashchange", openedSession);
-document.addEventListener("DOMContentLoaded", openedSession);

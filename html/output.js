@@ -6,11 +6,12 @@
 // what was appended since the cursor: a piece that starts where the page's
 // copy ends is appended, so the text and any selection in it stay as they
 // are. Otherwise (a cut preview, a gap) the rest is read with read_output_html.
-"use strict";
+import { $, fail, rpc } from "./api.js";
+import { ACTIVE } from "./command-status.js";
 
 // A command's <pre class="out">, with its byte range. (A fragment rendered
 // without one, htmx's answer to a submit, holds its whole output so far.)
-function pre(article) {
+export function pre(article) {
   const out = article.querySelector(":scope > pre.out");
   if (out && out.dataset.end === undefined) {
     const size = String(new TextEncoder().encode(out.textContent).length);
@@ -21,7 +22,7 @@ function pre(article) {
 
 // Adds to the page's copy ``out`` what the newer ``piece`` of the same
 // output holds beyond it. Returns the text appended, for screen readers.
-function appendOutput(out, piece) {
+export function appendOutput(out, piece) {
   if (!out || !piece) return "";
   const from = Number(piece.dataset.from);
   const end = Number(out.dataset.end);
@@ -39,14 +40,14 @@ function appendOutput(out, piece) {
   return "";
 }
 
-function outputText(article) {
+export function outputText(article) {
   const out = pre(article);
   return out ? out.textContent : "";
 }
 
 // Whether a finished command's output is longer than a screen (it is then
 // collapsed until asked for); a running one stays open.
-function isTall(article) {
+export function isTall(article) {
   const out = pre(article);
   return Boolean(out) && !ACTIVE.has(article.dataset.status) && !article.dataset.expanded
     && out.scrollHeight > window.innerHeight * 0.6;
@@ -54,7 +55,7 @@ function isTall(article) {
 
 // The "show all" control: an output cut by the server (the rest is read
 // here) or collapsed.
-function fitOutput(article, tall = false) {
+export function fitOutput(article, tall = false) {
   const out = pre(article);
   if (!out) return;
   const marker = article.querySelector(":scope > p.cut");  // the server's, for pages without script
@@ -87,7 +88,7 @@ function kib(bytes) {
 // Reads the rest of a command's output a page at a time, as HTML the server
 // renders in the colours the output before each page left in force, and
 // appends it.
-async function fill(article) {
+export async function fill(article) {
   const out = pre(article);
   if (!out || out.dataset.filling) return;
   out.dataset.filling = "1";

@@ -1,9 +1,10 @@
 // ↑ and ↓ on the input line recall the session's commands, as a shell's
 // history does: first those the scrollback shows, then, past the oldest
-// loaded, older ones fetched a page at a time (their text only).
-"use strict";
+// loaded, older ones fetched a page at a time (their text only). The keys
+// are input.js's; this is what they walk through.
+import { $, rpc } from "./api.js";
 
-const recall = {
+export const recall = {
   history: [],        // while recalling: the commands shown, oldest first
   index: 0,
   draft: "",          // the line as it was when the recall started
@@ -42,45 +43,17 @@ const recall = {
   },
 
   // ↑ past the oldest command loaded: the commands before it (text only,
-  // p_output_limit 0), a page at a time. True if any were added.
-  async fetchEarlier() {
-    const oldest = this.earlier.length ? this.earlier[0].id : terminal.earliestId;
-    if (!terminal.moreEarlier || this.done || oldest === null) return false;
+  // p_output_limit 0), a page at a time. `page` is the terminal's: its
+  // session, its oldest command loaded and whether there are older ones.
+  // True if any were added.
+  async fetchEarlier({ sessionId, earliestId, moreEarlier }) {
+    const oldest = this.earlier.length ? this.earlier[0].id : earliestId;
+    if (!moreEarlier || this.done || oldest === null) return false;
     const rows = await rpc("latest_output", { get: true, args: {
-      p_session_id: terminal.sessionId, p_since_id: 0, p_limit: 1000, p_before_id: oldest,
+      p_session_id: sessionId, p_since_id: 0, p_limit: 1000, p_before_id: oldest,
       p_output_limit: 0, select: "id,command" } });
     this.done = rows.length < 1000;
     this.earlier = [...rows, ...this.earlier];
     return rows.length > 0;
   },
 };
-
-function showRecalled(input, text) {
-  input.value = text;
-  input.setSelectionRange(input.value.length, input.value.length);
-}
-
-$("#command").addEventListener("keydown", (event) => {
-  const input = event.target;
-  const up = event.key === "ArrowUp" && caretOnFirstLine(input);
-  const down = event.key === "ArrowDown" && caretOnLastLine(input);
-  if (!up && !down) return;
-  const r = recall;
-  if (r.index >= r.history.length) r.start(input.value);
-  if (up && r.index === 0) {
-    // At the oldest command loaded: ↑ goes on into the older history.
-    event.preventDefault();
-    const index = r.history.length;
-    r.fetchEarlier().then((added) => {
-      if (!added) return;
-      r.start(r.draft);
-      r.index = r.history.length - index - 1;
-      showRecalled(input, r.history[r.index]);
-    }).catch(fail);
-    return;
-  }
-  if (down && r.index >= r.history.length) return;
-  event.preventDefault();
-  r.index += up ? -1 : 1;
-  showRecalled(input, r.index < r.history.length ? r.history[r.index] : r.draft);
-});

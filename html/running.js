@@ -3,7 +3,8 @@
 // and the ways to stop it: a stop control by the input line that is there,
 // on a phone too, whenever a command of the session is unfinished, its own
 // cancel button, and Ctrl-C on the input line.
-"use strict";
+import { $, fail, rpc } from "./api.js";
+import { terminal } from "./terminal.js";
 
 function elapsedWords(article) {
   const seconds = Math.max(0, Math.floor((Date.now() - Number(article.dataset.started)) / 1000));

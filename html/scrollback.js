@@ -2,14 +2,27 @@
 // first page, the live feed and htmx's answer to a submit) put in id order,
 // a known command brought up to date in place rather than drawn again, so
 // its output, any selection in it and the scroll position stay as they are.
-"use strict";
+import { $, showStatus } from "./api.js";
+import { ACTIVE } from "./command-status.js";
+import { files } from "./files.js";
+import { appendOutput, fill, fitOutput, isTall, outputText, pre } from "./output.js";
+import { screen, showPromptCwd } from "./screen.js";
+
+// The largest data-change the scrollback has seen: the change feed (live.js)
+// resumes after it.
+let cursor = 0;
+
+export function newestChange() { return cursor; }
+
+// Another session opens: its feed starts from its own first page.
+export function forgetChanges() { cursor = 0; }
 
 // Puts fragments into the scrollback: a known command is updated in place
 // (its output appended), a new one goes in id order. Keeps the view pinned
 // to the bottom if it was there. A finished command that changed files (it
 // carries a summary of its changes) has the files panel read them again.
 // Returns how many commands the fragments held.
-function applyFragments(html, initial = false) {
+export function applyFragments(html, initial = false) {
   const box = $("#scrollback");
   const pinned = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
   const template = document.createElement("template");
@@ -21,7 +34,7 @@ function applyFragments(html, initial = false) {
   let inPlace = false;
   const fresh = [];
   for (const article of articles) {
-    live.cursor = Math.max(live.cursor, Number(article.dataset.change) || 0);
+    cursor = Math.max(cursor, Number(article.dataset.change) || 0);
     filesChanged ||= article.querySelector(":scope > details.changes") !== null;
     const existing = known.get(article.id);
     if (existing) {
@@ -44,7 +57,7 @@ function applyFragments(html, initial = false) {
   return articles.length;
 }
 
-function insertInOrder(box, article) {
+export function insertInOrder(box, article) {
   const id = Number(article.dataset.id);
   const last = box.querySelector(":scope > article.cmd:last-of-type");
   if (!last || Number(last.dataset.id) < id) { box.append(article); return; }
@@ -69,9 +82,10 @@ function updateInPlace(existing, incoming) {
   existing.classList.toggle("collapsed", collapsed);
   const out = pre(existing);
   // A terminal command's output is drawn from its raw bytes by html/tty/
-  // in a .tty-view beside the (hidden) <pre>: the HTML copy is not kept
-  // and the view stays as the <pre> does.
+  // in a .tty-view beside the (hidden) <pre>: the piece the fragment brought
+  // waits in that <pre> for the view, which takes it once data-change moved.
   const view = existing.querySelector(":scope > .tty-view");
+  if (view && out) handOver(out, pre(incoming));
   const added = view ? "" : appendOutput(out, pre(incoming));
   for (const child of [...existing.children]) {
     if (child !== out && child !== view) child.remove();
@@ -90,6 +104,16 @@ function updateInPlace(existing, incoming) {
   return added;
 }
 
+// A terminal command's new piece (raw bytes, data-from to data-end of
+// data-bytes) into its hidden <pre>, for its view (html/tty/view.js).
+function handOver(out, piece) {
+  for (const name of ["data-raw", "data-from", "data-end", "data-bytes"]) {
+    if (piece?.hasAttribute(name)) out.setAttribute(name, piece.getAttribute(name));
+    else out.removeAttribute(name);
+  }
+  out.textContent = piece ? piece.textContent : "";
+}
+
 // Screen readers hear the output that arrived, once: the scrollback itself
 // is not a live region (updating a command would read it all again).
 function announce(text) {
@@ -97,8 +121,9 @@ function announce(text) {
   if (region) region.textContent = text.length > 500 ? "…" + text.slice(-500) : text;
 }
 
-// input.js keeps the prompt's directory and cleared commands in step with
-// the articles it sees arrive; an update in place arrives as no new article.
+// screen.js keeps the prompt's directory and cleared commands in step with
+// the articles that arrive (input.js watches for them); an update in place
+// arrives as no new article.
 function afterInPlaceUpdate() {
   screen.hideCleared();
   showPromptCwd();

@@ -1,28 +1,31 @@
-// The session list: each session with where it came from (a fork of a
-// session at a command, a replay of a session) and what came from it,
-// linked both ways; rename in place; archive with a second click to
-// confirm; a new session. And the same lineage above an open terminal.
-"use strict";
+// The session list (sessions_html, fetched and swapped by htmx: index.html's
+// #session-list): each session with where it came from and what came from
+// it, linked both ways. Here: rename in place, archive with a second click
+// to confirm, a new session, and each "last active" in the reader's time.
+import { $, fail, rpc, showStatus } from "./api.js";
+import { show } from "./views.js";
 
-const sessions = {
+const list = $("#session-list");
+
+export const sessions = {
   // The list shown on the last visit goes at once: it would take clicks
   // (rename, archive) that the fresh list then wipes out.
   open() {
     show("sessions-view");
     $("#where").textContent = "sessions";
-    $("#session-list").replaceChildren();
-    return this.refresh();
+    list.replaceChildren();
+    this.refresh();
   },
 
-  async refresh() {
-    try {
-      const list = await rpc("list_sessions", { get: true });
-      const ul = $("#session-list");
-      ul.replaceChildren(...sessionItems(list));
-      if (!list.length) ul.innerHTML = '<li class="empty">No sessions yet.</li>';
-    } catch (error) { fail(error); }
-  },
+  refresh() { htmx.trigger(list, "refresh"); },
 };
+
+// The server writes times in UTC (it cannot know the reader's zone).
+list.addEventListener("htmx:afterSwap", () => {
+  for (const time of list.querySelectorAll("time[datetime]")) {
+    time.textContent = new Date(time.dateTime).toLocaleString();
+  }
+});
 
 $("#new-session-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -34,72 +37,25 @@ $("#new-session-form").addEventListener("submit", async (event) => {
   } catch (error) { fail(error); }
 });
 
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  Object.assign(node, props);
-  node.append(...children);
-  return node;
-}
-
-function sessionLink(session, byId) {
-  const target = byId.get(session);
-  if (!target) return el("span", { className: "gone", textContent: "an archived session" });
-  return el("a", { href: `#session=${target.id}`, textContent: target.name || target.id });
-}
-
-// "fork of X at command N", "replay of X · compare", and the forks and
-// replays taken from this session.
-function lineageParts(s, list) {
-  const byId = new Map(list.map((x) => [x.id, x]));
-  const parts = [];
-  if (s.forked_from_session_id) {
-    parts.push(el("span", { className: "origin" }, "fork of ", sessionLink(s.forked_from_session_id, byId),
-      ` at command ${s.forked_from_command_id}`));
-  }
-  if (s.replay_of_session_id) {
-    parts.push(el("span", { className: "origin" }, "replay of ", sessionLink(s.replay_of_session_id, byId),
-      " · ", el("a", { href: `#replay=${s.id}`, textContent: "compare" })));
-  }
-  const forks = list.filter((x) => x.forked_from_session_id === s.id);
-  const replays = list.filter((x) => x.replay_of_session_id === s.id);
-  if (forks.length) {
-    parts.push(el("span", { className: "children" }, "forks: ",
-      ...forks.flatMap((f, i) => [i ? ", " : "", sessionLink(f.id, byId)])));
-  }
-  if (replays.length) {
-    parts.push(el("span", { className: "children" }, "replays: ",
-      ...replays.flatMap((r, i) => [i ? ", " : "", sessionLink(r.id, byId), " (",
-        el("a", { href: `#replay=${r.id}`, textContent: "compare" }), ")"])));
-  }
-  return parts;
-}
-
-function sessionItems(list) {
-  return list.map((s) => {
-    const link = el("a", { href: `#session=${s.id}`, className: "name", textContent: s.name || s.id });
-    const info = el("span", { className: "info",
-      textContent: `${s.cwd} · ${new Date(s.last_active_at).toLocaleString()}` });
-    const actions = el("span", { className: "actions" },
-      el("button", { type: "button", className: "rename", textContent: "rename" }),
-      el("button", { type: "button", className: "archive", textContent: "archive" }));
-    const li = el("li", {}, link, info, ...lineageParts(s, list), actions);
-    li.dataset.id = s.id;
-    return li;
-  });
-}
-
+// The name becomes a form with its current text (a rename's save or cancel
+// reads the list again).
 function renameForm(li) {
-  const current = li.querySelector("a.name").textContent;
-  const input = el("input", { name: "p_name", value: current, maxLength: 200, required: true });
+  const name = li.querySelector("a.name");
+  const input = document.createElement("input");
+  Object.assign(input, { name: "p_name", value: name.textContent, maxLength: 200, required: true });
   input.setAttribute("aria-label", "new session name");
-  const form = el("form", { className: "rename-form" }, input,
-    el("button", { type: "submit", textContent: "save" }),
-    el("button", { type: "button", className: "cancel-rename", textContent: "cancel" }));
-  li.querySelector("a.name").replaceWith(form);
+  const save = document.createElement("button");
+  Object.assign(save, { type: "submit", textContent: "save" });
+  const cancel = document.createElement("button");
+  Object.assign(cancel, { type: "button", className: "cancel-rename", textContent: "cancel" });
+  const form = document.createElement("form");
+  form.className = "rename-form";
+  form.append(input, save, cancel);
+  name.replaceWith(form);
   input.select();
 }
 
-$("#session-list").addEventListener("click", async (event) => {
+list.addEventListener("click", async (event) => {
   const li = event.target.closest("li[data-id]");
   if (!li) return;
   if (event.target.matches("button.rename")) renameForm(li);
@@ -120,7 +76,7 @@ $("#session-list").addEventListener("click", async (event) => {
   }
 });
 
-$("#session-list").addEventListener("submit", async (event) => {
+list.addEventListener("submit", async (event) => {
   event.preventDefault();
   const li = event.target.closest("li[data-id]");
   try {
@@ -129,10 +85,3 @@ $("#session-list").addEventListener("submit", async (event) => {
     sessions.refresh();
   } catch (error) { fail(error); }
 });
-
-function showLineage(session, list) {
-  const nav = $("#lineage");
-  const parts = lineageParts(session, list);
-  nav.replaceChildren(...parts.flatMap((p, i) => (i ? [" · ", p] : [p])));
-  nav.hidden = parts.length === 0;
-}

@@ -1,27 +1,7 @@
-// Signing in and out, and where the token is kept. It lives in localStorage:
-// every tab of this origin (and only this origin) shares it, so a session
-// link opened in a new tab is signed in, and signing out in one tab signs
-// out the others. It is dropped once its "exp" has passed; see README,
-// "Signing in".
-"use strict";
-
-const TOKEN_KEY = "pg_shell.token";
-
-function token() {
-  const value = localStorage.getItem(TOKEN_KEY);
-  if (value && tokenExpired(value)) { forgetToken(); return null; }
-  return value;
-}
-
-function tokenExpired(value) {
-  try {
-    const payload = JSON.parse(atob(value.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
-    return typeof payload.exp === "number" && payload.exp * 1000 <= Date.now();
-  } catch (_) { return true; }
-}
-
-function rememberToken(value) { localStorage.setItem(TOKEN_KEY, value); }
-function forgetToken() { localStorage.removeItem(TOKEN_KEY); }
+// Signing in and out (the token is token.js's).
+import { $, fail, rpc, showStatus } from "./api.js";
+import { route } from "./router.js";
+import { forgetToken, rememberToken, TOKEN_KEY } from "./token.js";
 
 $("#login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -43,6 +23,7 @@ $("#logout").addEventListener("click", () => {
   route();
 });
 
+// Signed out in another tab.
 window.addEventListener("storage", (event) => {
   if (event.key === TOKEN_KEY && !event.newValue) route();
 });

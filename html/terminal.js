@@ -1,15 +1,22 @@
-// The open session: opening and closing it, its name in the header, its
+// The open session: opening and closing it, its name and directory, its
 // history a page at a time ("load earlier" above the oldest shown), and the
 // command still to finish. What arrives later is live.js's; how fragments
-// are put into the scrollback is scrollback.js's.
-"use strict";
+// are put into the scrollback is scrollback.js's; the lineage above it and
+// the files panel are htmx's views (index.html), told here when to load.
+import { $, fail, rpc } from "./api.js";
+import { ACTIVE } from "./command-status.js";
+import { files } from "./files.js";
+import { live } from "./live.js";
+import { recall } from "./recall.js";
+import { applyFragments, forgetChanges } from "./scrollback.js";
+import { fitInput, screen, shortCwd, showPromptCwd } from "./screen.js";
+import { show } from "./views.js";
 
-const ACTIVE = new Set(["pending", "claimed", "running"]);
 const PAGE = 100;      // commands per page of history
 
-const terminal = {
+export const terminal = {
   sessionId: null,
-  generation: 0,      // bumps on every open/close so a stale answer or loop stops
+  generation: 0,      // bumps on every open/close so a stale answer stops
   earliestId: null,   // the oldest command id loaded (page or ↑), or null before any
   moreEarlier: false, // whether commands older than earliestId exist
 
@@ -27,27 +34,40 @@ const terminal = {
     this.earliestId = null;
     this.moreEarlier = false;
     recall.forget();
+    screen.reset();
+    forgetChanges();
     $("#session-id").value = id;
     $("#scrollback").replaceChildren();
     $("#where").textContent = id;
+    $("#prompt-cwd").textContent = "";
+    fitInput();
     show("terminal-view");
     warmSession(id);
+    lineage();
     files.open(id);
     $("#command").focus();
-    rpc("list_sessions", { get: true }).then((list) => {
-      const s = list.find((x) => x.id === id);
-      if (s && generation === this.generation) $("#where").textContent = s.name || id;
-    }).catch(() => {});
+    this.describe(id, generation);
     try {
       const html = await rpc("latest_output_html", { get: true, html: true,
         args: { p_session_id: id, p_since_id: 0, p_limit: PAGE } });
       if (generation !== this.generation) return;
       const count = applyFragments(html, true);
       this.noteEarliest(count);
-      live.follow(generation);
+      live.follow(id);
     } catch (error) {
       if (generation === this.generation) fail(error);
     }
+  },
+
+  // The session's name in the header, and the prompt's directory until its
+  // commands say otherwise (text only: the views are rendered by the server).
+  async describe(id, generation) {
+    try {
+      const session = (await rpc("list_sessions", { get: true })).find((s) => s.id === id);
+      if (!session || generation !== this.generation) return;
+      $("#where").textContent = session.name || id;
+      showPromptCwd(shortCwd(session.cwd));
+    } catch (_) { /* the history's read reports errors */ }
   },
 
   // After a page of history: where "load earlier" and ↑ continue from.
@@ -82,6 +102,14 @@ const terminal = {
     return active.length ? active[0].dataset.id : null;
   },
 };
+
+// The lineage above the session (session_lineage_html, for the session in
+// #session-id): emptied at once, so another session's does not linger.
+function lineage() {
+  const nav = $("#lineage");
+  nav.replaceChildren();
+  htmx.trigger(nav, "refresh");
+}
 
 // Asks the executors to start the session's next container now, while the
 // person reads and types, so the first command does not wait for one. Only

@@ -60,6 +60,11 @@ GRANT EXECUTE ON FUNCTION
     shell_api.close_input(bigint),
     shell_api.resize_terminal(bigint, integer, integer),
     shell_api.command_input(bigint),
+    -- the page's views as HTML (0033_page_views_html)
+    shell_api.sessions_html(),
+    shell_api.session_lineage_html(uuid),
+    shell_api.session_files_html(uuid),
+    shell_api.replay_comparison_html(uuid),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
@@ -77,6 +82,7 @@ GRANT EXECUTE ON FUNCTION
     shell.render_listing(shell.listing_row[]),
     shell.render_piece(shell.listing_row),
     shell.html_escape(text),
+    shell.raw_html(text),
     shell.ansi_html(text),
     shell.ansi_scan(text, boolean),
     shell.ansi_state(text),
@@ -88,7 +94,11 @@ GRANT EXECUTE ON FUNCTION
     shell.outcome_words(shell.commands, numeric),
     shell.short_cwd(text),
     shell.command_buttons(shell.commands),
-    shell.time_limit_s()
+    shell.time_limit_s(),
+    shell.session_link(uuid),
+    shell.render_lineage(shell.sessions),
+    shell.size_words(bigint),
+    shell.compare_side(text, text, integer, text, integer, text)
 TO shell_user;
 GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks, shell.command_input TO shell_user;
 

@@ -9,7 +9,7 @@
 // whatever was typed meanwhile behind it. A 409 (the command ended) ends
 // the queue. Any other refusal drops that piece, says why, and goes on.
 //
-// No DOM and no page globals: the caller gives the send function, which
+// No DOM and no other module of the page: the caller gives the send function, which
 // also makes it testable on its own (tests/unit/js/input_queue.test.mjs).
 
 export const MAX_BYTES = 65536;  // shell_api.send_input's limit per call

@@ -1,19 +1,22 @@
 // One terminal command's screen: xterm.js in a <div class="tty-view"> of
-// the command's article, fed with the output's raw bytes (read_output).
+// the command's article, fed with the output's raw bytes: those its
+// fragments carry (<pre data-raw>), and read_output for the rest.
 // While the command may still run it is live: typed into (send_input, in
 // order, see input-queue.js) and sized with its element (resize_terminal).
 // Once it ended, or when loaded later, it is read-only and as tall as what
 // it shows. A read-only view far off screen gives its canvases back and is
 // drawn again from the bytes it read when it comes near.
+import { fail, rpc } from "../api.js";
+import { FINISHED } from "../command-status.js";
 import { InputQueue } from "./input-queue.js";
 import { stickyCtrl } from "./modifier.js";
-import { call, report } from "./page.js";
 import { openTerminal } from "./xterm.js";
 
-const FINISHED = new Set(["done", "failed", "cancelled"]);
 const TAIL = 1 << 20;        // a long output is read back from its last MiB
 const RESIZE_DELAY_MS = 200;  // a window being dragged sends its last size only
 const MIN_ROWS = 8;
+const UTF8_ENCODER = new TextEncoder();
+const UTF8_DECODER = new TextDecoder();
 
 export class TerminalView {
   constructor({ live, cols = null, rows = null, onEnd = () => {} }) {
@@ -23,6 +26,7 @@ export class TerminalView {
     this.cols = cols;        // the window the command has (the server took it)
     this.rows = rows;
     this.offset = 0;         // bytes of output read so far
+    this.total = null;       // the output's size, as the fragment being read says
     this.data = "";          // what was read (its last TAIL characters), to draw again
     this.status = null;
     this.term = null;
@@ -40,7 +44,7 @@ export class TerminalView {
     this.text = document.createElement("pre");
     this.text.className = "tty-text visually-hidden";
     this.element.append(this.text);
-    this.queue = live ? new InputQueue({ onError: report, onEnded: () => this.update() }) : null;
+    this.queue = live ? new InputQueue({ onError: fail, onEnded: () => this.update() }) : null;
   }
 
   // Opens the live terminal now, sized to the scrollback (the size a new
@@ -57,17 +61,18 @@ export class TerminalView {
   start(id) {
     this.id = id;
     if (this.queue) {
-      this.queue.start((data) => call("send_input", { args: { p_command_id: Number(id), p_data: data } }));
+      this.queue.start((data) => rpc("send_input", { args: { p_command_id: Number(id), p_data: data } }));
     }
     if (this.term && (this.term.cols !== this.cols || this.term.rows !== this.rows)) this.#resized();
   }
 
   // Into the command's article, in place of its HTML output (kept hidden,
-  // emptied: the old scripts still read its byte counts).
+  // emptied: scrollback.js and output.js still read its byte counts).
   attach(article) {
     this.article = article;
     const hadFocus = this.hasFocus();
     const out = article.querySelector(":scope > pre.out");
+    this.#take(out, { whole: true });
     if (out) {
       out.hidden = true;
       out.replaceChildren();
@@ -118,7 +123,7 @@ export class TerminalView {
         bytesHint = null;
       } while (this.again && !this.disposed);
     } catch (error) {
-      if (!this.disposed) report(error);
+      if (!this.disposed) fail(error);
     } finally {
       this.reading = false;
     }
@@ -212,12 +217,12 @@ export class TerminalView {
     const { cols, rows } = this.term;
     if (cols === this.cols && rows === this.rows) return;
     try {
-      await call("resize_terminal", { args: { p_command_id: Number(this.id), p_cols: cols, p_rows: rows } });
+      await rpc("resize_terminal", { args: { p_command_id: Number(this.id), p_cols: cols, p_rows: rows } });
       this.cols = cols;
       this.rows = rows;
       this.#showSize();
     } catch (error) {
-      if (error.status !== 409) report(error);  // 409: it ended meanwhile
+      if (error.status !== 409) fail(error);  // 409: it ended meanwhile
     }
   }
 
@@ -232,14 +237,17 @@ export class TerminalView {
     if (this.offset === 0 && bytesHint !== null && bytesHint > TAIL) {
       this.offset = await this.#tailStart(bytesHint - TAIL);
     }
-    for (;;) {
-      const [page] = await call("read_output", { get: true, args: {
+    this.total = null;
+    this.#take(this.article?.querySelector(":scope > pre.out"));
+    // What the fragment brought may be all there is: then nothing is asked.
+    while (this.total === null || this.offset < this.total) {
+      const [page] = await rpc("read_output", { get: true, args: {
         p_command_id: Number(this.id), p_offset: this.offset } });
       if (this.disposed || !page) return;
       if (page.output) this.#write(page.output);
       this.offset = Number(page.next_offset);
+      this.total = Number(page.output_bytes);
       this.status = page.status;
-      if (this.offset >= Number(page.output_bytes)) break;
     }
     if (!FINISHED.has(this.status)) return;
     if (this.live) await this.#end();
@@ -251,13 +259,39 @@ export class TerminalView {
   async #tailStart(offset) {
     for (let at = offset; at < offset + 4; at += 1) {
       try {
-        await call("read_output", { get: true, args: { p_command_id: Number(this.id), p_offset: at, p_limit: 1 } });
+        await rpc("read_output", { get: true, args: { p_command_id: Number(this.id), p_offset: at, p_limit: 1 } });
         return at;
       } catch (error) {
         if (error.status !== 400) throw error;
       }
     }
     return 0;
+  }
+
+  // The raw output a fragment of the command carried (scrollback.js puts a
+  // newer one's in the hidden <pre>): bytes data-from to data-end of its
+  // data-bytes, with the command's status as of then. What of it follows
+  // what the view has is written; each piece is taken once. ``whole``: only
+  // a piece that is the whole output (a long one is read from its end).
+  #take(out, { whole = false } = {}) {
+    if (!out || !("raw" in out.dataset) || out.dataset.end === undefined) return;
+    const from = Number(out.dataset.from);
+    const end = Number(out.dataset.end);
+    const bytes = Number(out.dataset.bytes);
+    const text = out.textContent;
+    delete out.dataset.from;
+    delete out.dataset.end;
+    out.replaceChildren();
+    // A gap before it, or older than what was read: read_output says instead.
+    if (from > this.offset || end < this.offset) return;
+    if (whole && (from > 0 || end < bytes)) return;
+    if (end > this.offset) {
+      this.#write(from === this.offset ? text
+        : UTF8_DECODER.decode(UTF8_ENCODER.encode(text).subarray(this.offset - from)));
+      this.offset = end;
+    }
+    this.total = bytes;
+    this.status = this.article.dataset.status;
   }
 
   #write(text) {

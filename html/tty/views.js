@@ -7,9 +7,9 @@
 // submit, the live feed, a page of history), and reads the output again
 // whenever the article's data-change moves. Views of history are drawn when
 // they come near the screen and give their canvases back when far from it.
+import { ACTIVE } from "../command-status.js";
 import { TerminalView } from "./view.js";
 
-const ACTIVE = new Set(["pending", "claimed", "running"]);
 const box = document.querySelector("#scrollback");
 const views = new Map();  // command id → its view (one this page submitted: from the submit's answer)
 const staged = new Set(); // views of commands being submitted, their id not known yet

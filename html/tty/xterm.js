@@ -3,8 +3,8 @@
 //
 // The vendored files are the packages' UMD builds: with no module system
 // around, each puts its exports on globalThis. They are taken from there
-// and the globals removed again, so the page's global scope holds only
-// what its own scripts share.
+// and the globals removed again, so the page's global scope holds none of
+// ours (htmx's own object is the one library global the modules use).
 //
 // Rendering: xterm.js's default DOM renderer styles its rows with <style>
 // elements and style attributes (24-bit colours), which the page's

@@ -33,6 +33,7 @@ TENANT_FUNCTIONS = (
     "read_output_html", "rename_session", "archive_session", "warm_session", "command_limits",
     "upload_part", "upload_finish", "upload_discard", "read_file_part",
     "send_input", "close_input", "resize_terminal", "command_input",
+    "sessions_html", "session_lineage_html", "session_files_html", "replay_comparison_html",
 )
 UPLOAD_ID = "00000000-0000-4000-8000-000000000023"
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
@@ -154,6 +155,10 @@ def api_call(name: str, session: str, command: int,
         "close_input": ("SELECT shell_api.close_input(%s)", (command,)),
         "resize_terminal": ("SELECT shell_api.resize_terminal(%s, 80, 24)", (command,)),
         "command_input": ("SELECT * FROM shell_api.command_input(%s)", (command,)),
+        "sessions_html": ("SELECT shell_api.sessions_html()", ()),
+        "session_lineage_html": ("SELECT shell_api.session_lineage_html(%s)", (session,)),
+        "session_files_html": ("SELECT shell_api.session_files_html(%s)", (session,)),
+        "replay_comparison_html": ("SELECT shell_api.replay_comparison_html(%s)", (session,)),
     }[name]
 
 
@@ -322,7 +327,8 @@ ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "sessio
                 "fork_session", "replay_session", "replay_comparison", "output_timeline",
                 "read_output", "read_output_html", "rename_session", "archive_session",
                 "warm_session", "read_file_part", "send_input", "close_input", "resize_terminal",
-                "command_input")
+                "command_input", "session_lineage_html", "session_files_html",
+                "replay_comparison_html")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)
