@@ -62,7 +62,17 @@ CREATE TABLE shell.commands (
     CONSTRAINT commands_window CHECK (((NOT tty) OR (((cols >= 1) AND (cols <= 1000)) AND ((rows >= 1) AND (rows <= 1000)))))
 );
 
+COMMENT ON TABLE shell.commands IS 'Every command and upload of a session: its lifecycle and lease, result, state before and after, terminal and input, and its link in the session''s result chain.';
+
+COMMENT ON COLUMN shell.commands.output IS 'Output stored whole, for entries that never streamed (uploads, commands cancelled before running); otherwise NULL and the output is in shell.output_chunks.';
+
+COMMENT ON COLUMN shell.commands.change_seq IS 'The session''s change number at the command''s last change: what session_changes pages by.';
+
+COMMENT ON COLUMN shell.commands.upload IS 'For an upload''s history entry, {path, sha256, size, mode}: applied by the database, never run.';
+
 COMMENT ON COLUMN shell.commands.input IS 'none: stdin is /dev/null; open: input may be sent (a terminal); closed: no more input will come.';
+
+COMMENT ON COLUMN shell.commands.echo_off IS 'The terminal''s echo as the executor last saw it: input sent while it is off is stored redacted.';
 
 CREATE TYPE shell.listing_row AS (
 	c shell.commands,
@@ -102,6 +112,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.add_input(p_command shell.commands, p_kind text, p_data text, p_cols integer, p_rows integer) IS 'Appends an input row (data, resize or eof) to a command and notifies shell_input; data sent while echo is off is redacted, its bytes kept in shell.secret_input until delivered. Returns the row''s seq.';
+
 CREATE FUNCTION shell.adopt_session(p_session_id uuid, p_host text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -119,6 +131,8 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.adopt_session(p_session_id uuid, p_host text) IS 'Executor: true for the one host that takes a session''s warm-start request: the host already preferred for it, or the first to ask, which becomes it. Never while a command of it runs, nor for an archived session or one whose files are not in the database; 22023 for a bad host name.';
+
 CREATE FUNCTION shell.announce_output(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -135,6 +149,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.announce_output(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'Executor: wakes the listeners of a running command''s session (shell_changes) after output appended quietly. PS001 when the lease is lost.';
+
 CREATE FUNCTION shell.announce_session() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -145,12 +161,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.announce_session() IS 'Trigger on new lanes: notifies shell_sessions with the new session''s id, for a warm start.';
+
 CREATE FUNCTION shell.ansi_html(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
     SELECT (shell.ansi_scan(t, true)).html
 $$;
+
+COMMENT ON FUNCTION shell.ansi_html(t text) IS 'A text as HTML: ANSI colours as <span class="ansi-fg-31 ansi-bold">, other escapes left out, as is an escape the text stops inside. Linear time.';
 
 CREATE FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text) RETURNS record
     LANGUAGE plpgsql IMMUTABLE
@@ -223,12 +243,16 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text) IS 'One pass over a text: its HTML (when p_html) and its state, the escapes that continue it (the colours it leaves in force, an escape it stops inside). ansi_html and ansi_state read one each.';
+
 CREATE FUNCTION shell.ansi_state(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
     SELECT (shell.ansi_scan(t, false)).state
 $$;
+
+COMMENT ON FUNCTION shell.ansi_state(t text) IS 'The escapes that continue a text: put before what follows, they give it the colours the text left in force and complete an escape it stops inside; empty when there are none.';
 
 CREATE FUNCTION shell.append_output(p_command_id bigint, p_worker_id text, p_attempt integer, p_seq integer, p_data text, p_notify boolean DEFAULT true) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -250,6 +274,8 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION shell.append_output(p_command_id bigint, p_worker_id text, p_attempt integer, p_seq integer, p_data text, p_notify boolean) IS 'Executor: stores output chunk p_seq of a running command (once per seq) and moves the session''s change cursor; with p_notify false listeners are not woken until announce_output. PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.apply_retention(p_session_id uuid, p_command_ids bigint[], p_chain_seq bigint, p_chain_hash text, p_removed bigint, p_record text, p_signature text, p_key_id text) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -292,6 +318,8 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.apply_retention(p_session_id uuid, p_command_ids bigint[], p_chain_seq bigint, p_chain_hash text, p_removed bigint, p_record text, p_signature text, p_key_id text) IS 'Administrator (cleanup): removes the planned commands with their output and saves the session''s checkpoint and its signed record; returns the commands removed. 22023 when the record does not match or no registered key signed it, or a command is not an ended link up to the checkpoint.';
+
 CREATE FUNCTION shell.audit_blobs(p_sha256 text[]) RETURNS TABLE(sha256 text, size bigint, chunks integer, seqs integer[])
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -301,6 +329,8 @@ CREATE FUNCTION shell.audit_blobs(p_sha256 text[]) RETURNS TABLE(sha256 text, si
                      WHERE k.sha256 = b.sha256), '{}')
     FROM shell.blobs b WHERE b.sha256 = ANY (p_sha256)
 $$;
+
+COMMENT ON FUNCTION shell.audit_blobs(p_sha256 text[]) IS 'Administrator (audit verify --files): the stored blobs among p_sha256, with size, number of chunks and the chunk numbers present (read each with shell.blob_chunk).';
 
 CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text, upload jsonb)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -315,6 +345,8 @@ CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURN
       AND (c.status IN ('done', 'failed', 'cancelled') OR c.chain_seq IS NOT NULL)
     ORDER BY c.session_id, c.chain_seq NULLS LAST, c.id
 $$;
+
+COMMENT ON FUNCTION shell.audit_history(p_session_id uuid) IS 'Administrator (pg-shell audit verify, export): every ended or chained command, of one session or all, in chain order per session, with its record, signature and the row fields the record is checked against.';
 
 CREATE FUNCTION shell.audit_input(p_session_id uuid) RETURNS TABLE(command_id bigint, seq integer, offset_ms bigint, kind text, data text, length integer, sha256 text, redacted boolean, cols integer, rows integer)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -335,6 +367,8 @@ CREATE FUNCTION shell.audit_keys() RETURNS TABLE(key_id text, public_key text, w
     SELECT k.key_id, k.public_key, k.worker_id, k.registered_at FROM shell.signing_keys k ORDER BY k.registered_at
 $$;
 
+COMMENT ON FUNCTION shell.audit_keys() IS 'Administrator (audit): every registered signing key, oldest first.';
+
 CREATE FUNCTION shell.audit_sessions(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, head_seq bigint, head_hash text, checkpoint_seq bigint, checkpoint_hash text, checkpoint_removed bigint, checkpoint_record text, checkpoint_signature text, checkpoint_key_id text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -345,6 +379,8 @@ CREATE FUNCTION shell.audit_sessions(p_session_id uuid DEFAULT NULL::uuid) RETUR
     WHERE (p_session_id IS NULL OR l.session_id = p_session_id) AND l.chain_seq > 0
     ORDER BY l.session_id
 $$;
+
+COMMENT ON FUNCTION shell.audit_sessions(p_session_id uuid) IS 'Administrator (audit): each session''s chain head and retention checkpoint, for sessions with a chain.';
 
 CREATE FUNCTION shell.audit_trees(p_hashes text[]) RETURNS TABLE(hash text, size bigint, entries jsonb)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -358,12 +394,16 @@ CREATE FUNCTION shell.audit_trees(p_hashes text[]) RETURNS TABLE(hash text, size
     FROM shell.trees t WHERE t.hash = ANY (p_hashes)
 $$;
 
+COMMENT ON FUNCTION shell.audit_trees(p_hashes text[]) IS 'Administrator (pg-shell audit verify --files): the stored trees among p_hashes, with their size and entries as JSON (the keys of shell.tree_hash), to recompute their hashes.';
+
 CREATE FUNCTION shell.base64url(data bytea) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
     SELECT translate(encode(data, 'base64'), E'+/=\n', '-_')
 $$;
+
+COMMENT ON FUNCTION shell.base64url(data bytea) IS 'Base64url without padding, as a JWT writes its parts.';
 
 CREATE FUNCTION shell.blob_chunk(p_sha256 text, p_seq integer) RETURNS bytea
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -372,6 +412,8 @@ CREATE FUNCTION shell.blob_chunk(p_sha256 text, p_seq integer) RETURNS bytea
     SELECT k.data FROM shell.blob_chunks k WHERE k.sha256 = p_sha256 AND k.seq = p_seq
 $$;
 
+COMMENT ON FUNCTION shell.blob_chunk(p_sha256 text, p_seq integer) IS 'Executor (restoring files) and administrator (audit verify --files): chunk p_seq of a blob, or NULL.';
+
 CREATE FUNCTION shell.blob_content(p_sha256 text) RETURNS bytea
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -379,6 +421,8 @@ CREATE FUNCTION shell.blob_content(p_sha256 text) RETURNS bytea
     SELECT coalesce(string_agg(k.data, ''::bytea ORDER BY k.seq), ''::bytea)
     FROM shell.blob_chunks k WHERE k.sha256 = p_sha256
 $$;
+
+COMMENT ON FUNCTION shell.blob_content(p_sha256 text) IS 'A blob''s bytes, its chunks joined; empty when it is not stored.';
 
 CREATE FUNCTION shell.blob_corrupted(p_sha256 text) RETURNS void
     LANGUAGE plpgsql
@@ -389,6 +433,8 @@ BEGIN
         HINT = 'Its bytes were altered in the database: restore them from a backup.';
 END
 $$;
+
+COMMENT ON FUNCTION shell.blob_corrupted(p_sha256 text) IS 'Raises XX001 for a blob whose bytes do not match its hash: nothing may serve them.';
 
 CREATE FUNCTION shell.chain_position(p_command_id bigint, p_worker_id text, p_attempt integer, OUT chain_seq bigint, OUT chain_prev text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -407,6 +453,8 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION shell.chain_position(p_command_id bigint, p_worker_id text, p_attempt integer, OUT chain_seq bigint, OUT chain_prev text) IS 'Executor: the chain_seq and chain_prev the command''s result record must name, with the session''s lane locked until the transaction ends, so it signs and completes with nothing appended in between. PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.chain_result(p_command_id bigint, p_record text DEFAULT NULL::text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -473,6 +521,8 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.chain_result(p_command_id bigint, p_record text, p_signature text, p_key_id text) IS 'Appends an ended command to its session''s hash chain: with the executor''s signed record, checked against the facts (and from version 3 its chain position), or else one built here (version 4, signer database). 22023 for a record that disagrees or is not signed by a registered key.';
+
 CREATE FUNCTION shell.changes_page(p_session_id uuid, p_after_change bigint, p_limit integer, OUT commands shell.commands[], OUT after_change bigint) RETURNS record
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -494,6 +544,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.changes_page(p_session_id uuid, p_after_change bigint, p_limit integer, OUT commands shell.commands[], OUT after_change bigint) IS 'The commands of a session_changes page, oldest first, and the cursor clamped to the session''s newest change. 22023 for a bad cursor or limit, or an unknown session.';
+
 CREATE FUNCTION shell.check_files_quota(p_user_id uuid) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -513,6 +565,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.check_files_quota(p_user_id uuid) IS 'PT429 when the files the user''s kept history holds have reached max_file_bytes.';
+
 CREATE FUNCTION shell.check_output_limit(p_output_limit integer) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -524,6 +578,8 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION shell.check_output_limit(p_output_limit integer) IS 'Checks a listing''s p_output_limit (0 to the listing budget); 22023 otherwise.';
 
 CREATE FUNCTION shell.check_output_quota(p_user_id uuid) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -544,6 +600,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.check_output_quota(p_user_id uuid) IS 'PT429 when the user''s stored output has reached max_output_bytes.';
+
 CREATE FUNCTION shell.check_page(p_since_id bigint, p_limit integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO ''
@@ -558,6 +616,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.check_page(p_since_id bigint, p_limit integer) IS 'Checks a page''s cursor (0 or more) and limit (1-1000); 22023 otherwise.';
+
 CREATE FUNCTION shell.check_window(p_cols integer, p_rows integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO ''
@@ -569,6 +629,8 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION shell.check_window(p_cols integer, p_rows integer) IS 'Checks a terminal window size (1-1000 columns and rows); 22023 otherwise.';
 
 CREATE FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -583,6 +645,8 @@ BEGIN
     END IF;
 END
 $_$;
+
+COMMENT ON FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) IS 'Checks a worker id (1-200 of A-Z a-z 0-9 _ . : @ -) and a lease of 1-3600 s; 22023 otherwise.';
 
 CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -653,6 +717,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms. Returns what to run. 22023 for a bad worker id, limit, lease or grace.';
+
 CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '01:00:00'::interval, OUT trees bigint, OUT blobs bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -682,12 +748,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.collect_files(p_grace interval, OUT trees bigint, OUT blobs bigint) IS 'Administrator (cleanup): deletes the trees and blobs older than p_grace that nothing kept reaches (no session''s or command''s root, no upload, no tree within the grace); returns how many of each.';
+
 CREATE FUNCTION shell.collect_upload_parts() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT shell.drop_stale_uploads(NULL)
 $$;
+
+COMMENT ON FUNCTION shell.collect_upload_parts() IS 'Administrator (cleanup): removes every user''s abandoned uploads (newest part older than upload_stale_after_s); returns the parts removed.';
 
 CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -704,6 +774,8 @@ CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
         END
 $$;
 
+COMMENT ON FUNCTION shell.command_buttons(c shell.commands) IS 'The buttons beside a command in the page: cancel while it is unfinished; once it ended, fork, and replay for a command typed into this session.';
+
 CREATE FUNCTION shell.command_not_found() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -713,6 +785,8 @@ BEGIN
         HINT = 'Use an id returned by submit_command or latest_output.';
 END
 $$;
+
+COMMENT ON FUNCTION shell.command_not_found() IS 'Raises command not found (22023), the same for a missing command and another tenant''s.';
 
 CREATE FUNCTION shell.command_terminal(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS jsonb
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -724,6 +798,8 @@ CREATE FUNCTION shell.command_terminal(p_command_id bigint, p_worker_id text, p_
     FROM shell.commands c JOIN shell.users u ON u.id = c.user_id
     WHERE c.id = (shell.held_command(p_command_id, p_worker_id, p_attempt)).id
 $$;
+
+COMMENT ON FUNCTION shell.command_terminal(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'Executor: what a command with input runs with: {tty, cols, rows, idle_s, max_s} (the user''s terminal limits), or NULL for a command without input. PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.commit_upload(p_session_id uuid, p_path text, p_sha256 text, p_size bigint, p_mode integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -791,6 +867,24 @@ BEGIN
     RETURN new_id;
 END
 $$;
+
+COMMENT ON FUNCTION shell.commit_upload(p_session_id uuid, p_path text, p_sha256 text, p_size bigint, p_mode integer) IS 'The end of every upload: a stored blob becomes the file at p_path of the caller''s idle session, as a chained history entry whose id it returns. 22023 for a bad path or mode or an unstored blob, PT409 for a busy session or files not in the database yet, PT429 over max_uploads_per_minute, PT413 over the files quota or caps.';
+
+CREATE FUNCTION shell.compare_side(p_label text, p_status text, p_exit_code integer, p_output text, p_other_exit_code integer, p_other_output text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT format('<div class="side"><span class="label">%s</span> <span class="exit%s">%s</span>'
+                  '<pre class="out%s">%s</pre></div>',
+                  p_label,
+                  CASE WHEN p_exit_code IS DISTINCT FROM p_other_exit_code THEN ' differs' ELSE '' END,
+                  CASE WHEN p_exit_code IS NULL THEN shell.html_escape(p_status)
+                       ELSE 'exit ' || p_exit_code END,
+                  CASE WHEN coalesce(p_output, '') <> coalesce(p_other_output, '') THEN ' differs' ELSE '' END,
+                  shell.html_escape(p_output))
+$$;
+
+COMMENT ON FUNCTION shell.compare_side(p_label text, p_status text, p_exit_code integer, p_output text, p_other_exit_code integer, p_other_output text) IS 'One side of a replay comparison row as HTML: its label, exit code (or status before it has one) and output, each marked "differs" where it differs from the other side''s.';
 
 CREATE FUNCTION shell.complete_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_record text, p_signature text DEFAULT NULL::text, p_key_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -867,6 +961,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.complete_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_record text, p_signature text, p_key_id text) IS 'Executor: ends a claimed or running command as its result record says (status, exit code, reason, cwd, env and root after, host), chains the record (signed by p_key_id, else one of the database) and moves the session''s state. Files over the quota or caps fail the command and are not kept. 22023 for a bad record or an unstored root, PS001 when the lease is lost.';
+
 CREATE FUNCTION shell.complete_upload(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -901,6 +997,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.complete_upload(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'Executor: applies a claimed upload (a replayed one) instead of running a container: the file is put into the session''s files, or the entry fails with the reason it no longer fits. 22023 for a command that is no upload, PS001 when the lease is lost.';
+
 CREATE FUNCTION shell.count_tree_entries() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -917,6 +1015,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+COMMENT ON FUNCTION shell.count_tree_entries() IS 'Trigger on shell.tree_entries (per statement): sets each new tree''s entries (all below it) and widest (its largest directory).';
 
 CREATE FUNCTION shell.create_user(p_username text, p_password text) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -942,12 +1042,16 @@ EXCEPTION WHEN unique_violation THEN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.create_user(p_username text, p_password text) IS 'Administrator (pg-shell user add): creates a tenant with a bcrypt hash of the password and returns its id. 22023 for an invalid username or a password under 8 characters, 23505 when the user exists.';
+
 CREATE FUNCTION shell.current_image() RETURNS TABLE(digest text, promoted_at timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT i.digest, i.promoted_at FROM shell.images i WHERE i.is_current
 $$;
+
+COMMENT ON FUNCTION shell.current_image() IS 'Executor and administrator: the current image (digest, promoted_at), or no row, when executors use PG_SHELL_IMAGE. Cheap enough to poll.';
 
 CREATE FUNCTION shell.current_user_id() RETURNS uuid
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -974,6 +1078,8 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.current_user_id() IS 'The signed-in tenant: the subject of request.jwt.claims, for role shell_user and an existing user; 42501 otherwise. Policies and API functions call it.';
+
 CREATE FUNCTION shell.drop_stale_uploads(p_user_id uuid) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -994,12 +1100,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.drop_stale_uploads(p_user_id uuid) IS 'Removes the uploads of a user (of everyone for NULL) whose newest part is older than upload_stale_after_s; returns the parts removed.';
+
 CREATE FUNCTION shell.empty_tree() RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
     SELECT shell.tree_hash('[]'::jsonb)
 $$;
+
+COMMENT ON FUNCTION shell.empty_tree() IS 'The hash of the empty tree: a new session''s root.';
 
 CREATE FUNCTION shell.ended_containers(p_container_ids text[]) RETURNS SETOF text
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1008,6 +1118,8 @@ CREATE FUNCTION shell.ended_containers(p_container_ids text[]) RETURNS SETOF tex
     SELECT c.container_id FROM shell.commands c
     WHERE c.container_id = ANY (p_container_ids) AND c.status NOT IN ('claimed', 'running')
 $$;
+
+COMMENT ON FUNCTION shell.ended_containers(p_container_ids text[]) IS 'Executor (container reaper): which of these containers ran a command that is no longer claimed or running, so they can go.';
 
 CREATE TABLE shell.sessions (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -1025,6 +1137,10 @@ CREATE TABLE shell.sessions (
     CONSTRAINT sessions_env_check CHECK ((jsonb_typeof(env) = 'object'::text)),
     CONSTRAINT sessions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200)))
 );
+
+COMMENT ON TABLE shell.sessions IS 'A tenant''s shells: current cwd, environment and files (root), name, and where each came from (fork, replay). Archived, never deleted.';
+
+COMMENT ON COLUMN shell.sessions.root IS 'Tree hash of the session''s files; NULL for a session from before the workspace, whose files are on a host until its next command imports them.';
 
 CREATE FUNCTION shell.enqueue(p_session shell.sessions, p_command text, p_replay_run_id uuid DEFAULT NULL::uuid, p_replay_of bigint DEFAULT NULL::bigint, p_image_digest text DEFAULT NULL::text, p_upload jsonb DEFAULT NULL::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1062,12 +1178,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.enqueue(p_session shell.sessions, p_command text, p_replay_run_id uuid, p_replay_of bigint, p_image_digest text, p_upload jsonb) IS 'Queues a command on a session''s lane (the caller checked ownership) within max_queued and the stored output and files quotas (PT429); notifies shell_commands and returns the command''s id.';
+
 CREATE FUNCTION shell.entry_bytes(p_name text, p_target text) RETURNS bigint
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
     SELECT 336 + 2 * octet_length(p_name) + coalesce(octet_length(p_target), 0)::bigint
 $$;
+
+COMMENT ON FUNCTION shell.entry_bytes(p_name text, p_target text) IS 'What one tree entry costs in the files quota: about its row and index entries, growing with the name.';
 
 CREATE FUNCTION shell.expire_leases() RETURNS TABLE(command_id bigint, status text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1087,6 +1207,8 @@ BEGIN
     END LOOP;
 END
 $$;
+
+COMMENT ON FUNCTION shell.expire_leases() IS 'Executor (maintenance): settles every command whose lease ran out: one whose container never started is queued again (up to 5 attempts), one that started fails (executor lost). Returns each with its new status.';
 
 CREATE FUNCTION shell.file_bytes_walked(p_user_id uuid) RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1108,6 +1230,8 @@ CREATE FUNCTION shell.file_bytes_walked(p_user_id uuid) RETURNS bigint
                      FROM reach JOIN shell.tree_entries e ON e.tree = reach.hash WHERE e.kind = 'file') b), 0)
 $$;
 
+COMMENT ON FUNCTION shell.file_bytes_walked(p_user_id uuid) IS 'The same bytes as shell.user_file_bytes, counted by walking the user''s kept history: to check the count (tests, a superuser), never on a tenant''s path.';
+
 CREATE TABLE shell.tree_entries (
     tree text NOT NULL,
     name text NOT NULL,
@@ -1123,6 +1247,8 @@ CREATE TABLE shell.tree_entries (
     CONSTRAINT tree_entries_name_check CHECK (((name <> ALL (ARRAY[''::text, '.'::text, '..'::text])) AND (strpos(name, '/'::text) = 0) AND (octet_length(name) <= 255))),
     CONSTRAINT tree_entries_size_check CHECK ((size >= 0))
 );
+
+COMMENT ON TABLE shell.tree_entries IS 'The entries of each tree: file, dir or symlink, with mode, size and the blob or tree they point to.';
 
 CREATE FUNCTION shell.file_entry(p_session_id uuid, p_path text, p_command_id bigint) RETURNS shell.tree_entries
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1143,6 +1269,8 @@ BEGIN
     RETURN entry;
 END
 $$;
+
+COMMENT ON FUNCTION shell.file_entry(p_session_id uuid, p_path text, p_command_id bigint) IS 'The entry of the file at p_path of the caller''s session (now, or after p_command_id). 22023 for a bad path, no such file, or not a regular file.';
 
 CREATE FUNCTION shell.files_refusal(p_user_id uuid, p_old_root text, p_new_root text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1177,6 +1305,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.files_refusal(p_user_id uuid, p_old_root text, p_new_root text) IS 'Why the user may not keep p_new_root in place of p_old_root (max_tree_entries, max_root_entries, max_file_bytes), or NULL; locks the user''s file usage until the transaction ends.';
+
 CREATE FUNCTION shell.forbid_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1185,6 +1315,8 @@ BEGIN
         USING ERRCODE = '55000', HINT = 'Rows are removed only by retention.';
 END
 $$;
+
+COMMENT ON FUNCTION shell.forbid_change() IS 'Trigger: refuses an UPDATE of an append-only table (shell.output_chunks) with 55000.';
 
 CREATE FUNCTION shell.heartbeat(p_worker_id text, p_command_ids bigint[], p_attempts integer[], p_lease_seconds integer DEFAULT 30) RETURNS TABLE(command_id bigint, cancel_requested boolean)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1201,6 +1333,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.heartbeat(p_worker_id text, p_command_ids bigint[], p_attempts integer[], p_lease_seconds integer) IS 'Executor: renews the leases the worker still holds on these (command, attempt) pairs and returns them, with whether the tenant asked to cancel; a command missing from the answer is lost. 22023 for a bad worker id or lease.';
+
 CREATE FUNCTION shell.held_command(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS shell.commands
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1216,6 +1350,8 @@ BEGIN
     RETURN held;
 END
 $$;
+
+COMMENT ON FUNCTION shell.held_command(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'The command as the worker holds it (claimed or running under its lease), the lane untouched; PS001 otherwise.';
 
 CREATE FUNCTION shell.hold_command_roots() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1246,6 +1382,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+COMMENT ON FUNCTION shell.hold_command_roots() IS 'Trigger on shell.commands: an ended command holds its root_before and root_after in its user''s files count.';
 
 CREATE FUNCTION shell.hold_root(p_user_id uuid, p_root text, p_n bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1292,6 +1430,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.hold_root(p_user_id uuid, p_root text, p_n bigint) IS 'Adds (p_n > 0) or removes (p_n < 0) references of the user to a root, keeping held_trees, held_blobs and file_usage in step.';
+
 CREATE FUNCTION shell.hold_session_root() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1310,6 +1450,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.hold_session_root() IS 'Trigger on shell.sessions: a session holds its root in its user''s files count.';
+
 CREATE FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -1323,6 +1465,8 @@ CREATE FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) RETURNS bigin
                                   WHERE h.user_id = p_user_id AND h.sha256 = e.object)) b), 0)
 $$;
 
+COMMENT ON FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) IS 'The bytes the user''s count grows by on coming to hold these unheld trees: their entries and the blobs they add.';
+
 CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_id uuid, user_id uuid, archived boolean, stored boolean)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -1332,6 +1476,8 @@ CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_
     WHERE s.id = ANY (p_session_ids)
 $$;
 
+COMMENT ON FUNCTION shell.host_sessions(p_session_ids uuid[]) IS 'Executor and cleanup agent: of the sessions a host holds copies of, the owner of each, whether it is archived and whether its files are stored in the database; sessions not known are left out.';
+
 CREATE FUNCTION shell.html_escape(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
@@ -1339,6 +1485,8 @@ CREATE FUNCTION shell.html_escape(t text) RETURNS text
     SELECT replace(replace(replace(replace(replace(coalesce(t, ''),
         '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
 $$;
+
+COMMENT ON FUNCTION shell.html_escape(t text) IS 'A text escaped for HTML (&, <, >, and both quotes); NULL gives the empty string.';
 
 CREATE FUNCTION shell.idle_sessions(p_session_ids uuid[], p_idle_before timestamp with time zone) RETURNS SETOF uuid
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1348,6 +1496,8 @@ CREATE FUNCTION shell.idle_sessions(p_session_ids uuid[], p_idle_before timestam
     WHERE s.id = ANY (p_session_ids) AND s.last_active_at < p_idle_before
       AND l.pending = 0 AND l.active_command_id IS NULL
 $$;
+
+COMMENT ON FUNCTION shell.idle_sessions(p_session_ids uuid[], p_idle_before timestamp with time zone) IS 'Administrator (cleanup): of these sessions, those with nothing queued or running and no activity since p_idle_before (their volumes may go).';
 
 CREATE FUNCTION shell.image_usage() RETURNS TABLE(digest text, commands bigint, last_used_at timestamp with time zone, promoted_at timestamp with time zone, is_current boolean)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1367,6 +1517,8 @@ CREATE FUNCTION shell.image_usage() RETURNS TABLE(digest text, commands bigint, 
     ORDER BY i.promoted_at DESC NULLS LAST, u.last_used_at DESC NULLS LAST
 $$;
 
+COMMENT ON FUNCTION shell.image_usage() IS 'Administrator (pg-shell image list, prune): every image promoted or used by a kept command, with how many commands, last use and whether it is current. Scans the history.';
+
 CREATE FUNCTION shell.input_delivered(p_command_id bigint, p_worker_id text, p_attempt integer, p_upto_seq integer, p_hidden integer[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1380,6 +1532,8 @@ BEGIN
     DELETE FROM shell.secret_input s WHERE s.command_id = p_command_id AND s.seq <= p_upto_seq;
 END
 $$;
+
+COMMENT ON FUNCTION shell.input_delivered(p_command_id bigint, p_worker_id text, p_attempt integer, p_upto_seq integer, p_hidden integer[]) IS 'Executor: input up to p_upto_seq reached the program, and its secret bytes are deleted; the rows in p_hidden were delivered with echo off and become redacted. PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.input_target(p_command_id bigint, p_terminal boolean DEFAULT false) RETURNS shell.commands
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1410,6 +1564,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.input_target(p_command_id bigint, p_terminal boolean) IS 'The caller''s command, locked for input, if it still takes input of this kind (a terminal for p_terminal); PT409 saying why not, 22023 for an unknown command.';
+
 CREATE FUNCTION shell.is_pinned(p_command_id bigint) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO ''
@@ -1418,12 +1574,16 @@ CREATE FUNCTION shell.is_pinned(p_command_id bigint) RETURNS boolean
         OR EXISTS (SELECT FROM shell.commands r WHERE r.replay_of_command_id = p_command_id)
 $$;
 
+COMMENT ON FUNCTION shell.is_pinned(p_command_id bigint) IS 'Whether retention keeps a command because a session was forked from it or a command replays it.';
+
 CREATE FUNCTION shell.jwt_secret() RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT value FROM shell.config WHERE key = 'jwt_secret'
 $$;
+
+COMMENT ON FUNCTION shell.jwt_secret() IS 'The secret JWTs are signed and verified with: for the gateway (shell_authenticator) and administrators (pg-shell db jwt-secret).';
 
 CREATE FUNCTION shell.latest_page(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint) RETURNS shell.commands[]
     LANGUAGE plpgsql STABLE
@@ -1454,6 +1614,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.latest_page(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint) IS 'The commands of a latest_output page, oldest first. 22023 for a bad cursor or limit, or an unknown session.';
+
 CREATE FUNCTION shell.lease_lost(p_command_id bigint, p_worker_id text, p_attempt integer, p_found shell.commands) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -1465,6 +1627,8 @@ BEGIN
                         coalesce(p_found.worker_id, '-'), coalesce(p_found.attempts::text, '-'));
 END
 $$;
+
+COMMENT ON FUNCTION shell.lease_lost(p_command_id bigint, p_worker_id text, p_attempt integer, p_found shell.commands) IS 'Raises PS001 (lease lost) for a command the worker no longer holds, saying what was found.';
 
 CREATE FUNCTION shell.leased_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_statuses text[], OUT leased shell.commands, OUT change bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1481,6 +1645,8 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION shell.leased_command(p_command_id bigint, p_worker_id text, p_attempt integer, p_statuses text[], OUT leased shell.commands, OUT change bigint) IS 'Locks a command''s lane (taking its next change number), then the command, and checks that the worker holds its lease in one of p_statuses (PS001 otherwise); returns the command and the change number.';
 
 CREATE FUNCTION shell.listing(p_commands shell.commands[], p_output_limit integer, p_seen_change bigint DEFAULT NULL::bigint) RETURNS SETOF shell.listing_row
     LANGUAGE plpgsql STABLE
@@ -1520,6 +1686,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.listing(p_commands shell.commands[], p_output_limit integer, p_seen_change bigint) IS 'A listing''s rows: the commands given, each with a piece of its output within p_output_limit and the listing budget, which the newest get first; a row past the budget has no output and at most 1 KiB of its command.';
+
 CREATE FUNCTION shell.listing_budget() RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -1527,6 +1695,8 @@ CREATE FUNCTION shell.listing_budget() RETURNS integer
     SELECT coalesce((SELECT c.value::integer FROM shell.config c WHERE c.key = 'listing_budget_bytes'),
                     3145728)
 $$;
+
+COMMENT ON FUNCTION shell.listing_budget() IS 'Bytes of output and command text one listing may carry: config listing_budget_bytes, else 3 MiB.';
 
 CREATE FUNCTION shell.live_commands(p_command_ids bigint[]) RETURNS SETOF bigint
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1536,6 +1706,8 @@ CREATE FUNCTION shell.live_commands(p_command_ids bigint[]) RETURNS SETOF bigint
     WHERE c.id = ANY (p_command_ids) AND c.status IN ('claimed', 'running')
 $$;
 
+COMMENT ON FUNCTION shell.live_commands(p_command_ids bigint[]) IS 'Executor (container reaper): which of these commands are still claimed or running; their containers are kept.';
+
 CREATE TABLE shell.file_usage (
     user_id uuid NOT NULL,
     blob_bytes bigint DEFAULT 0 NOT NULL,
@@ -1543,6 +1715,8 @@ CREATE TABLE shell.file_usage (
     upload_window timestamp with time zone,
     window_uploads integer DEFAULT 0 NOT NULL
 );
+
+COMMENT ON TABLE shell.file_usage IS 'Per user: the bytes of the files their kept history holds (the files quota) and their upload window; its row lock serializes the checks.';
 
 CREATE FUNCTION shell.lock_file_usage(p_user_id uuid) RETURNS shell.file_usage
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1557,6 +1731,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.lock_file_usage(p_user_id uuid) IS 'The user''s shell.file_usage row, made on first use and locked until the transaction ends.';
+
 CREATE FUNCTION shell.lock_login(p_name text) RETURNS timestamp with time zone
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -1566,6 +1742,8 @@ BEGIN
     RETURN clock_timestamp();
 END
 $$;
+
+COMMENT ON FUNCTION shell.lock_login(p_name text) IS 'Waits for the other login attempts on a name to end (an advisory lock held to the end of the transaction); returns the time after the wait.';
 
 CREATE FUNCTION shell.mark_created(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1578,6 +1756,8 @@ BEGIN
     WHERE c.id = p_command_id;
 END
 $$;
+
+COMMENT ON FUNCTION shell.mark_created(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text) IS 'Executor: records the container made for a claimed command; from then on it counts as started and is never claimed again. PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text, p_image_digest text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1599,6 +1779,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text, p_image_digest text) IS 'Executor: the command''s container runs (status running, with the image digest). Repeating it for the same container changes nothing; PS001 when the lease is lost.';
+
 CREATE FUNCTION shell.missing_blobs(p_sha256 text[]) RETURNS SETOF text
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
@@ -1608,6 +1790,8 @@ CREATE FUNCTION shell.missing_blobs(p_sha256 text[]) RETURNS SETOF text
     WHERE NOT EXISTS (SELECT FROM shell.blobs b WHERE b.sha256 = h
                       AND (SELECT count(*) FROM shell.blob_chunks k WHERE k.sha256 = h) = b.chunks)
 $$;
+
+COMMENT ON FUNCTION shell.missing_blobs(p_sha256 text[]) IS 'Executor: which of these blobs are not completely stored; the stored ones are renewed against collection.';
 
 CREATE FUNCTION shell.new_session(p_user_id uuid, p_name text, p_cwd text, p_env jsonb, p_forked_from bigint DEFAULT NULL::bigint, p_replay_of uuid DEFAULT NULL::uuid) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1636,6 +1820,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.new_session(p_user_id uuid, p_name text, p_cwd text, p_env jsonb, p_forked_from bigint, p_replay_of uuid) IS 'Creates a session with its lane for a user within max_sessions (unarchived ones) and returns its id; for create, fork and replay. 22023 for a name not 1-200 characters, PT429 at the quota.';
+
 CREATE FUNCTION shell.notify_change() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -1648,6 +1834,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.notify_change() IS 'Trigger on shell.lanes: notifies shell_changes with the session id when its change number moves, unless shell.quiet is on (output appended quietly).';
+
 CREATE FUNCTION shell.outcome_class(c shell.commands) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
@@ -1658,6 +1846,8 @@ CREATE FUNCTION shell.outcome_class(c shell.commands) RETURNS text
         WHEN c.status = 'done' AND c.exit_code = 0 THEN 'ok'
         ELSE 'failed' END
 $$;
+
+COMMENT ON FUNCTION shell.outcome_class(c shell.commands) IS 'ok, running, failed or cancelled: the class the page colours a command by.';
 
 CREATE FUNCTION shell.outcome_words(c shell.commands, p_limit_s numeric) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -1683,6 +1873,8 @@ CREATE FUNCTION shell.outcome_words(c shell.commands, p_limit_s numeric) RETURNS
         c.duration_ms || ' ms',
         CASE WHEN c.truncated THEN 'output truncated' END)
 $$;
+
+COMMENT ON FUNCTION shell.outcome_words(c shell.commands, p_limit_s numeric) IS 'What happened to a command in plain words, such as "exit 127: command not found · 3 ms" or "timed out: stopped at the 30 s time limit" (p_limit_s).';
 
 CREATE FUNCTION shell.output_before(c shell.commands, p_at bigint, p_bytes integer) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -1714,6 +1906,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.output_before(c shell.commands, p_at bigint, p_bytes integer) IS 'At most p_bytes bytes of a command''s output just before byte p_at, starting on a character; reads only the chunks that hold them.';
+
 CREATE FUNCTION shell.output_of(c shell.commands) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO ''
@@ -1722,6 +1916,8 @@ CREATE FUNCTION shell.output_of(c shell.commands) RETURNS text
         (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM shell.output_chunks o WHERE o.command_id = c.id),
         '')
 $$;
+
+COMMENT ON FUNCTION shell.output_of(c shell.commands) IS 'A command''s output: the output column when set (output never streamed), else its chunks joined.';
 
 CREATE FUNCTION shell.output_piece(c shell.commands, p_from bigint, p_limit bigint, p_seen_change bigint DEFAULT NULL::bigint, OUT piece text, OUT piece_from bigint, OUT total bigint) RETURNS record
     LANGUAGE plpgsql STABLE
@@ -1759,6 +1955,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.output_piece(c shell.commands, p_from bigint, p_limit bigint, p_seen_change bigint, OUT piece text, OUT piece_from bigint, OUT total bigint) IS 'At most p_limit bytes of a command''s output from byte p_from (or, given p_seen_change, from where it stood at that change), with the piece''s start and the output''s size; reads only the chunks it overlaps.';
+
 CREATE FUNCTION shell.owned_command(p_command_id bigint) RETURNS shell.commands
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1775,6 +1973,8 @@ BEGIN
     RETURN found;
 END
 $$;
+
+COMMENT ON FUNCTION shell.owned_command(p_command_id bigint) IS 'The caller''s command; else command not found (22023), or 42501 when nobody is signed in.';
 
 CREATE FUNCTION shell.owned_session(p_session_id uuid) RETURNS shell.sessions
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1794,6 +1994,8 @@ BEGIN
     RETURN found;
 END
 $$;
+
+COMMENT ON FUNCTION shell.owned_session(p_session_id uuid) IS 'The caller''s session if it is not archived; else session not found (22023), or 42501 when nobody is signed in.';
 
 CREATE FUNCTION shell.path_parts(p_path text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE
@@ -1828,6 +2030,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.path_parts(p_path text) IS 'A tenant''s path (relative to the home, at most 4096 bytes and 256 parts of at most 255 bytes, no empty, . or .. part) split into its parts; 22023 otherwise.';
+
 CREATE FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) RETURNS TABLE(seq integer, offset_ms bigint, kind text, data text, cols integer, rows integer)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -1840,6 +2044,8 @@ CREATE FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_att
     ORDER BY i.seq
     LIMIT 256
 $$;
+
+COMMENT ON FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) IS 'Executor: up to 256 input rows after p_after_seq, to deliver, with the bytes of redacted ones (from shell.secret_input). PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.promote_image(p_digest text) RETURNS TABLE(digest text, promoted_at timestamp with time zone, previous text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1863,6 +2069,8 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.promote_image(p_digest text) IS 'Administrator (pg-shell image promote): makes an image (sha256: and 64 hex digits) the current one; returns it with the one it replaced. 22023 for a malformed digest.';
+
 CREATE FUNCTION shell.publish_time_limit(p_seconds numeric) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
@@ -1870,6 +2078,8 @@ CREATE FUNCTION shell.publish_time_limit(p_seconds numeric) RETURNS void
     INSERT INTO shell.config (key, value) VALUES ('command_time_limit_s', p_seconds::text)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value
 $$;
+
+COMMENT ON FUNCTION shell.publish_time_limit(p_seconds numeric) IS 'Executor, at start: publishes its command time limit in seconds (config command_time_limit_s) for the page to count against; the last executor to start wins.';
 
 CREATE FUNCTION shell.put_blob_chunk(p_sha256 text, p_size bigint, p_chunks integer, p_seq integer, p_data bytea) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1887,6 +2097,8 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION shell.put_blob_chunk(p_sha256 text, p_size bigint, p_chunks integer, p_seq integer, p_data bytea) IS 'Executor: stores chunk p_seq (at most 4 MiB) of a blob of p_size bytes in p_chunks chunks, with the blob''s row; idempotent, and renews a blob stored before. 22023 for a chunk number out of range.';
 
 CREATE FUNCTION shell.put_blobs(p_sha256 text[], p_data bytea[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1917,6 +2129,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.put_blobs(p_sha256 text[], p_data bytea[]) IS 'Executor: stores small blobs (one chunk of at most 4 MiB each) in one call, each checked against the SHA-256 given for it; idempotent, and renews blobs stored before. 22023 for arrays of unequal length, a wrong hash or a blob too large.';
+
 CREATE FUNCTION shell.put_file(p_session shell.sessions, p_root text, p_upload jsonb) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -1940,6 +2154,8 @@ BEGIN
     RETURN new_root;
 END
 $$;
+
+COMMENT ON FUNCTION shell.put_file(p_session shell.sessions, p_root text, p_upload jsonb) IS 'The root after putting an upload''s file ({path, sha256, size, mode}) into p_root, within the user''s files quota and caps (PT413 with shell.files_refusal''s reason); 22023 for a bad path. Every upload comes here.';
 
 CREATE FUNCTION shell.put_tree(p_entries jsonb) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1981,6 +2197,8 @@ EXCEPTION WHEN unique_violation THEN
 END
 $$;
 
+COMMENT ON FUNCTION shell.put_tree(p_entries jsonb) IS 'Stores one tree whose blobs and subtrees are stored and returns its hash; idempotent, and renews a tree stored before. 22023 for an entry that refers to nothing stored.';
+
 CREATE FUNCTION shell.put_trees(p_trees jsonb) RETURNS text[]
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
@@ -1989,12 +2207,25 @@ CREATE FUNCTION shell.put_trees(p_trees jsonb) RETURNS text[]
     FROM jsonb_array_elements(p_trees) WITH ORDINALITY AS t(entries, n)
 $$;
 
+COMMENT ON FUNCTION shell.put_trees(p_trees jsonb) IS 'Executor: stores trees (a JSON array of entry arrays, children before parents) with shell.put_tree and returns their hashes in order. 22023 for an entry that refers to nothing stored.';
+
 CREATE FUNCTION shell.queue_depth() RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT count(*) FROM shell.commands c WHERE c.status = 'pending'
 $$;
+
+COMMENT ON FUNCTION shell.queue_depth() IS 'Pending commands of every tenant: the queue depth the executor and the gateway export as a metric, counted on a partial index.';
+
+CREATE FUNCTION shell.raw_html(t text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT replace(shell.html_escape(t), E'\r', '&#13;')
+$$;
+
+COMMENT ON FUNCTION shell.raw_html(t text) IS 'Text as HTML whose text content is exactly the text (escaped, carriage returns as &#13;).';
 
 CREATE FUNCTION shell.record_login_failure(p_name text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2025,6 +2256,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.record_login_failure(p_name text) IS 'One more failed login for a name: past login_free_failures the name is closed for login_backoff_base_s doubled per failure, at most login_backoff_max_s. The caller holds shell.lock_login.';
+
 CREATE FUNCTION shell.register_signing_key(p_public_key text, p_worker_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2041,6 +2274,8 @@ BEGIN
     RETURN new_id;
 END
 $_$;
+
+COMMENT ON FUNCTION shell.register_signing_key(p_public_key text, p_worker_id text) IS 'Executor and cleanup agent, at start: registers the public half of an Ed25519 signing key (64 hex digits); idempotent, returns its key id (the first 16 hex digits of its SHA-256). 22023 for a malformed key.';
 
 CREATE FUNCTION shell.release_command(p_command shell.commands, p_container_started boolean, p_reason text, p_only_if_expired boolean) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2078,6 +2313,8 @@ BEGIN
     RETURN 'failed';
 END
 $$;
+
+COMMENT ON FUNCTION shell.release_command(p_command shell.commands, p_container_started boolean, p_reason text, p_only_if_expired boolean) IS 'Takes a command back from its worker: one whose container never started is queued again (up to 5 attempts), else it fails with p_reason. Returns the new status, or the current one when it was settled or renewed meanwhile.';
 
 CREATE FUNCTION shell.release_root(p_user_id uuid, p_root text, p_n bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2121,6 +2358,8 @@ BEGIN
     WHERE u.user_id = p_user_id;
 END
 $$;
+
+COMMENT ON FUNCTION shell.release_root(p_user_id uuid, p_root text, p_n bigint) IS 'p_n fewer references of the user to a root; what nothing of theirs then refers to is let go, level by level.';
 
 CREATE FUNCTION shell.render_changes(c shell.commands) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -2168,6 +2407,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.render_changes(c shell.commands) IS 'The file changes under a finished command in the page: a summary ("2 added, 1 modified") opening to at most 100 paths, counted up to 1000 changes; empty when nothing changed. The roots are read again from the caller''s own command.';
+
 CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO ''
@@ -2177,7 +2418,7 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
         'data-outcome="%s"%s%s%s>'
         '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>'
         '<span class="actions">%s</span></div>'
-        '<pre class="out">%s</pre><div class="meta">%s</div>%s</article>',
+        '<pre class="out"%s>%s</pre><div class="meta">%s</div>%s</article>',
         CASE WHEN c.upload IS NOT NULL THEN ' upload' ELSE '' END,
         c.id, c.id, c.status, c.change_seq, shell.outcome_class(c),
         CASE WHEN c.status = 'running' AND c.started_at IS NOT NULL
@@ -2191,10 +2432,44 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
              ELSE '' END,
         shell.html_escape(shell.short_cwd(coalesce(c.cwd_before, ''))), shell.html_escape(c.command),
         shell.command_buttons(c),
-        shell.ansi_html(shell.output_of(c)),
+        CASE WHEN c.tty THEN ' data-raw' ELSE '' END,
+        CASE WHEN c.tty THEN shell.raw_html(shell.output_of(c)) ELSE shell.ansi_html(shell.output_of(c)) END,
         shell.html_escape(shell.outcome_words(c, shell.time_limit_s())),
         shell.render_changes(c))
 $_$;
+
+COMMENT ON FUNCTION shell.render_command(c shell.commands) IS 'One command as the terminal page''s HTML article: prompt, command, buttons, output (coloured HTML; a terminal command''s raw stream, in <pre data-raw>), outcome in words and file changes, with the data- attributes the page reads (status, change, start and time limit, cwd, terminal window).';
+
+CREATE FUNCTION shell.render_lineage(s shell.sessions) RETURNS text[]
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    WITH mine AS (
+        SELECT x.id, x.last_active_at, x.replay_of_session_id, f.session_id AS forked_from_session_id
+        FROM shell.sessions x
+        LEFT JOIN shell.commands f ON f.id = x.forked_from_command_id
+        WHERE x.user_id = (SELECT shell.current_user_id()) AND x.archived_at IS NULL
+    )
+    SELECT array_remove(ARRAY[
+        (SELECT format('<span class="origin">fork of %s at command %s</span>',
+                       shell.session_link(f.session_id), s.forked_from_command_id)
+         FROM shell.commands f WHERE f.id = s.forked_from_command_id),
+        CASE WHEN s.replay_of_session_id IS NOT NULL THEN
+            format('<span class="origin">replay of %s · <a href="#replay=%s">compare</a></span>',
+                   shell.session_link(s.replay_of_session_id), s.id) END,
+        (SELECT '<span class="children">forks: '
+                || string_agg(shell.session_link(m.id), ', ' ORDER BY m.last_active_at DESC, m.id)
+                || '</span>'
+         FROM mine m WHERE m.forked_from_session_id = s.id),
+        (SELECT '<span class="children">replays: '
+                || string_agg(format('%s (<a href="#replay=%s">compare</a>)', shell.session_link(m.id), m.id),
+                              ', ' ORDER BY m.last_active_at DESC, m.id)
+                || '</span>'
+         FROM mine m WHERE m.replay_of_session_id = s.id)
+    ], NULL)
+$$;
+
+COMMENT ON FUNCTION shell.render_lineage(s shell.sessions) IS 'Where a session came from and what came from it, as HTML parts: "fork of X at command N", "replay of X · compare", "forks: …", "replays: … (compare)"; the caller''s sessions only, children most recently active first.';
 
 CREATE FUNCTION shell.render_listing(p_rows shell.listing_row[]) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -2221,6 +2496,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.render_listing(p_rows shell.listing_row[]) IS 'Listing rows as the terminal page''s HTML (shell.render_piece each), held to the listing budget: an article too large for what is left is shown without output.';
+
 CREATE FUNCTION shell.render_piece(r shell.listing_row) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -2234,7 +2511,7 @@ BEGIN
     -- render_command shows c.output when it is set: the piece stands in
     -- for the whole output.
     c.output := r.piece;
-    IF r.piece_from > 0 AND r.piece <> '' THEN
+    IF r.piece_from > 0 AND r.piece <> '' AND NOT c.tty THEN
         c.output := shell.ansi_state(shell.output_before(r.c, r.piece_from, colour_window)) || r.piece;
     END IF;
     c.command := r.command;
@@ -2249,6 +2526,8 @@ BEGIN
     RETURN html;
 END
 $$;
+
+COMMENT ON FUNCTION shell.render_piece(r shell.listing_row) IS 'One listing row as HTML: render_command with the piece as output (in the colours the 64 KiB before it left; a terminal command''s piece as it is), its <pre> marked with data-from, data-end and data-bytes, and a marker after a cut output.';
 
 CREATE FUNCTION shell.request_slot() RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2282,6 +2561,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.request_slot() IS 'PostgREST''s db-pre-request: a signed-in user''s request takes one of request_slots_per_user slots for its transaction, and one beyond them is answered 429 at once. Anonymous requests pass.';
+
 CREATE FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_retry_after integer DEFAULT NULL::integer) RETURNS json
     LANGUAGE sql
     SET search_path TO ''
@@ -2296,6 +2577,8 @@ CREATE FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_r
                              CASE WHEN p_retry_after IS NULL THEN NULL
                                   ELSE format('Try again in %s seconds.', p_retry_after) END);
 $$;
+
+COMMENT ON FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_retry_after integer) IS 'Makes PostgREST answer with this HTTP status (and Retry-After) while the transaction commits; returns the error body {code, message, details, hint}.';
 
 CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -2312,6 +2595,8 @@ CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
         'duration_ms', c.duration_ms, 'root_before', c.root_before, 'root_after', c.root_after,
         'upload', c.upload)
 $$;
+
+COMMENT ON FUNCTION shell.result_facts(c shell.commands) IS 'The facts of an ended command that its result record vouches for (version 4: hashes of command and output, state and roots before and after, upload...). Keep in step with executor/audit/records.py.';
 
 CREATE FUNCTION shell.retention_plan(p_session_id uuid, p_before timestamp with time zone, p_limit integer) RETURNS TABLE(command_ids bigint[], chain_seq bigint, chain_hash text, removed bigint)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2357,6 +2642,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.retention_plan(p_session_id uuid, p_before timestamp with time zone, p_limit integer) IS 'Administrator (cleanup): what one retention batch removes from a session (up to p_limit unpinned ended links, oldest first, of the chain''s prefix that ended before p_before) and the checkpoint that results; locks the lane for apply_retention. 22023 for p_limit outside 1-100000.';
+
 CREATE FUNCTION shell.retention_sessions(p_before timestamp with time zone, p_after uuid DEFAULT NULL::uuid, p_limit integer DEFAULT 100) RETURNS SETOF uuid
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -2366,6 +2653,8 @@ CREATE FUNCTION shell.retention_sessions(p_before timestamp with time zone, p_af
       AND (p_after IS NULL OR c.session_id > p_after)
     GROUP BY c.session_id ORDER BY c.session_id LIMIT p_limit
 $$;
+
+COMMENT ON FUNCTION shell.retention_sessions(p_before timestamp with time zone, p_after uuid, p_limit integer) IS 'Administrator (pg-shell cleanup): up to p_limit sessions after the id p_after that have chained commands which ended before p_before.';
 
 CREATE FUNCTION shell.root_at(p_session_id uuid, p_command_id bigint) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2390,6 +2679,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.root_at(p_session_id uuid, p_command_id bigint) IS 'The root of the caller''s session now, or right after its command p_command_id. 22023 for an unknown session or command, or one not finished.';
+
 CREATE FUNCTION shell.seal_input(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS TABLE(seq integer, offset_ms bigint, kind text, sha256 text, cols integer, rows integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2404,6 +2695,23 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.seal_input(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'Executor, when the program is over: closes the command''s input, drops its secret bytes and returns every input row (data by hash) for the result record''s input_sha256. PS001 when the lease is lost.';
+
+CREATE FUNCTION shell.session_link(p_session_id uuid) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(
+        (SELECT format('<a href="#session=%s">%s</a>', s.id,
+                       shell.html_escape(coalesce(nullif(s.name, ''), s.id::text)))
+         FROM shell.sessions s
+         WHERE s.id = p_session_id AND s.user_id = (SELECT shell.current_user_id())
+           AND s.archived_at IS NULL),
+        '<span class="gone">an archived session</span>')
+$$;
+
+COMMENT ON FUNCTION shell.session_link(p_session_id uuid) IS 'One of the caller''s sessions as an HTML link to it (its name, else its id, escaped); words saying it is archived for one that is archived or not the caller''s.';
+
 CREATE FUNCTION shell.session_not_found() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
@@ -2415,6 +2723,8 @@ BEGIN
         HINT = 'Use an id returned by create_session or list_sessions.';
 END
 $$;
+
+COMMENT ON FUNCTION shell.session_not_found() IS 'Raises session not found (22023), the same for a missing session and another tenant''s.';
 
 CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer, p_max_files_mb integer DEFAULT NULL::integer, p_max_tree_entries integer DEFAULT NULL::integer, p_max_root_entries integer DEFAULT NULL::integer, p_max_uploads_per_minute integer DEFAULT NULL::integer, p_terminal_idle_s integer DEFAULT NULL::integer, p_terminal_max_s integer DEFAULT NULL::integer, p_max_inputs_per_second integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint, max_files_mb bigint, max_tree_entries integer, max_root_entries integer, max_uploads_per_minute integer, terminal_idle_s integer, terminal_max_s integer, max_inputs_per_second integer)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2451,6 +2761,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer, p_max_running integer, p_max_queued integer, p_max_output_mb integer, p_max_files_mb integer, p_max_tree_entries integer, p_max_root_entries integer, p_max_uploads_per_minute integer, p_terminal_idle_s integer, p_terminal_max_s integer, p_max_inputs_per_second integer) IS 'Administrator (pg-shell user quota): sets a user''s quotas and terminal limits (NULL keeps one; output and files in MiB) and returns them all. 22023 for a negative quota, a terminal limit under 1 or an unknown user.';
+
 CREATE FUNCTION shell.settle_worker(p_worker_id text, p_started_ids bigint[] DEFAULT '{}'::bigint[]) RETURNS TABLE(command_id bigint, status text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2472,12 +2784,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.settle_worker(p_worker_id text, p_started_ids bigint[]) IS 'Executor, at start: settles what a predecessor with the same worker id held: unstarted commands are queued again, started ones (running, or in p_started_ids: containers the engine still has) fail. Returns each with its new status.';
+
 CREATE FUNCTION shell.sha256_hex(t text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT
     SET search_path TO ''
     AS $$
     SELECT encode(sha256(convert_to(t, 'UTF8')), 'hex')
 $$;
+
+COMMENT ON FUNCTION shell.sha256_hex(t text) IS 'The SHA-256 of a text''s UTF-8 as hex; NULL for NULL.';
 
 CREATE FUNCTION shell.short_cwd(p_cwd text) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -2488,6 +2804,8 @@ CREATE FUNCTION shell.short_cwd(p_cwd text) RETURNS text
         WHEN p_cwd LIKE '/home/sandbox/%' THEN '~' || substr(p_cwd, length('/home/sandbox') + 1)
         ELSE p_cwd END
 $$;
+
+COMMENT ON FUNCTION shell.short_cwd(p_cwd text) IS 'A directory as the prompt shows it: ~ for /home/sandbox, ~/d below it, others as they are.';
 
 CREATE FUNCTION shell.sign_jwt(claims jsonb) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2504,6 +2822,21 @@ BEGIN
         'sha256'));
 END
 $$;
+
+COMMENT ON FUNCTION shell.sign_jwt(claims jsonb) IS 'An HS256 JWT of these claims, signed with config jwt_secret (shell_api.login).';
+
+CREATE FUNCTION shell.size_words(p_bytes bigint) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT CASE WHEN p_bytes < 1024 THEN p_bytes || ' B' ELSE (
+        SELECT CASE WHEN v < 10 THEN to_char(v, 'FM990.0') ELSE round(v)::text END || ' ' || unit
+        FROM (SELECT p_bytes / 1024.0 ^ e AS v, (ARRAY['KiB', 'MiB', 'GiB', 'TiB'])[e] AS unit
+              FROM (SELECT least(4, floor(log(1024, p_bytes::numeric))::integer) AS e) k) x)
+    END
+$$;
+
+COMMENT ON FUNCTION shell.size_words(p_bytes bigint) IS 'A size as the files panel shows it: bytes below 1 KiB, then KiB, MiB, GiB or TiB, one decimal below 10.';
 
 CREATE FUNCTION shell.some_changes(p_command_id bigint, p_limit integer) RETURNS TABLE(path text, change text, kind text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2586,6 +2919,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.some_changes(p_command_id bigint, p_limit integer) IS 'At most p_limit changes (path, added/modified/deleted, kind) of one of the caller''s finished commands, shallowest first, reading no more than it returns. 22023 for an unknown command.';
+
 CREATE FUNCTION shell.terminal_echo(p_command_id bigint, p_worker_id text, p_attempt integer, p_echo boolean) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2596,12 +2931,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.terminal_echo(p_command_id bigint, p_worker_id text, p_attempt integer, p_echo boolean) IS 'Executor: records the terminal''s echo as the program set it; input sent while it is off is stored redacted. PS001 when the lease is lost.';
+
 CREATE FUNCTION shell.time_limit_s() RETURNS numeric
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT value::numeric FROM shell.config WHERE key = 'command_time_limit_s'
 $$;
+
+COMMENT ON FUNCTION shell.time_limit_s() IS 'The command time limit in seconds the executors published, or NULL before any started.';
 
 CREATE FUNCTION shell.tree_diff(p_old text, p_new text) RETURNS TABLE(path text, change text, old_kind text, old_object text, kind text, mode integer, size bigint, object text, target text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -2637,6 +2976,8 @@ CREATE FUNCTION shell.tree_diff(p_old text, p_new text) RETURNS TABLE(path text,
     ORDER BY convert_to(p.path, 'UTF8')
 $$;
 
+COMMENT ON FUNCTION shell.tree_diff(p_old text, p_new text) IS 'Executor: what differs between two roots, one row per added, deleted or modified path, parents first; subtrees with equal hashes are never entered.';
+
 CREATE FUNCTION shell.tree_entry(p_root text, p_parts text[]) RETURNS shell.tree_entries
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -2657,6 +2998,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.tree_entry(p_root text, p_parts text[]) IS 'The entry at a path below a root, walked one name at a time without following symlinks, or NULL.';
+
 CREATE FUNCTION shell.tree_hash(p_entries jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
@@ -2668,6 +3011,8 @@ CREATE FUNCTION shell.tree_hash(p_entries jsonb) RETURNS text
         ''::bytea ORDER BY convert_to(e ->> 'name', 'UTF8')), ''::bytea)), 'hex')
     FROM jsonb_array_elements(p_entries) e
 $$;
+
+COMMENT ON FUNCTION shell.tree_hash(p_entries jsonb) IS 'A tree''s hash from its entries (a JSON array of objects with the keys of shell.tree_entries), the bytes executor/workspace/tree.py hashes too.';
 
 CREATE FUNCTION shell.tree_listing(p_root text) RETURNS TABLE(path text, kind text, mode integer, size bigint, object text, target text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -2683,6 +3028,8 @@ CREATE FUNCTION shell.tree_listing(p_root text) RETURNS TABLE(path text, kind te
     )
     SELECT * FROM walk ORDER BY convert_to(walk.path, 'UTF8')
 $$;
+
+COMMENT ON FUNCTION shell.tree_listing(p_root text) IS 'Executor: every entry below a root, as paths relative to the home, parents first: the whole tree, to restore a session''s files.';
 
 CREATE FUNCTION shell.tree_page(p_root text, p_after text, p_limit integer) RETURNS TABLE(path text, kind text, mode integer, size bigint, object text, target text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2751,6 +3098,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.tree_page(p_root text, p_after text, p_limit integer) IS 'Up to p_limit (1-1000) entries below a root after the path p_after, each directory followed by what it holds, names in byte order; one index probe per row. 22023 for a bad limit or path.';
+
 CREATE FUNCTION shell.tree_put_path(p_root text, p_parts text[], p_entry jsonb) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2785,6 +3134,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.tree_put_path(p_root text, p_parts text[], p_entry jsonb) IS 'The root after putting p_entry (NULL deletes) at a path below p_root, making directories on the way. 22023 when a directory is in the way or a parent is no directory.';
+
 CREATE FUNCTION shell.unheld_trees(p_user_id uuid, p_root text) RETURNS text[]
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -2799,6 +3150,8 @@ CREATE FUNCTION shell.unheld_trees(p_user_id uuid, p_root text) RETURNS text[]
     )
     SELECT coalesce(array_agg(fresh.hash), '{}') FROM fresh
 $$;
+
+COMMENT ON FUNCTION shell.unheld_trees(p_user_id uuid, p_root text) IS 'The trees below a root, itself included, that the user does not hold yet; the walk stops at held ones.';
 
 CREATE FUNCTION shell.usage_report(p_consumer text DEFAULT 'default'::text, p_since timestamp with time zone DEFAULT (now() - '1 day'::interval)) RETURNS TABLE(user_id uuid, username text, commands bigint, run_ms bigint, output_bytes bigint, from_time timestamp with time zone, until_time timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2847,6 +3200,8 @@ BEGIN
 END
 $_$;
 
+COMMENT ON FUNCTION shell.usage_report(p_consumer text, p_since timestamp with time zone) IS 'Administrator (pg-shell usage): per-user commands, run time and output bytes of the commands that ended since the consumer''s watermark (at first since p_since), moving it past them in the same transaction. 22023 for a bad consumer name or a future p_since.';
+
 CREATE FUNCTION shell.user_file_bytes(p_user_id uuid) RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -2854,12 +3209,16 @@ CREATE FUNCTION shell.user_file_bytes(p_user_id uuid) RETURNS bigint
     SELECT coalesce((SELECT f.blob_bytes + f.tree_bytes FROM shell.file_usage f WHERE f.user_id = p_user_id), 0)
 $$;
 
+COMMENT ON FUNCTION shell.user_file_bytes(p_user_id uuid) IS 'The bytes the user''s kept history holds as shell.file_usage counts them: what the files quota is checked against.';
+
 CREATE FUNCTION shell.utc_text(t timestamp with time zone) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
+
+COMMENT ON FUNCTION shell.utc_text(t timestamp with time zone) IS 'A time as result records write it: UTC, ISO 8601, microseconds, ending in Z.';
 
 CREATE FUNCTION shell.utf8_slice(t text, p_from bigint, p_limit bigint) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
@@ -2898,6 +3257,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell.utf8_slice(t text, p_from bigint, p_limit bigint) IS 'Bytes [p_from, p_from + p_limit) of a text''s UTF-8, the end moved back to a character boundary (but never below one character); 22023 for a start inside a character.';
+
 CREATE FUNCTION shell_api.archive_session(p_session_id uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2916,6 +3277,8 @@ BEGIN
     PERFORM pg_notify('shell_archived', target.id::text);
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.archive_session(p_session_id uuid) IS 'Archives a session: it leaves the list and the quota and takes no more commands, its history stays; executors are told (shell_archived) to drop their copies. PT409 while it has unfinished commands, 22023 for an unknown session.';
 
 CREATE FUNCTION shell_api.cancel_command(p_command_id bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2946,6 +3309,8 @@ BEGIN
     RETURN false;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.cancel_command(p_command_id bigint) IS 'Cancels a command: a pending one ends at once, a claimed or running one is flagged and its executor (told on shell_cancel) kills it. Returns false if it had already ended; 22023 for an unknown command.';
 
 CREATE FUNCTION shell_api.close_input(p_command_id bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2980,6 +3345,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.command_changes(p_command_id bigint) IS 'What a finished command changed in the session''s files: one row per added, modified or deleted path, parents first; empty when it changed nothing. 22023 for an unknown or unfinished command.';
+
 CREATE FUNCTION shell_api.command_input(p_command_id bigint) RETURNS TABLE(seq integer, offset_ms bigint, data text, redacted boolean)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -3006,12 +3373,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.command_limits() IS '{"time_limit_s": n}: the command time limit the executors published (null before any started).';
+
 CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text) RETURNS uuid
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT shell.new_session((SELECT shell.current_user_id()), p_name, '/home/sandbox', '{}'::jsonb)
 $$;
+
+COMMENT ON FUNCTION shell_api.create_session(p_name text) IS 'Starts a new session of the caller (home /home/sandbox, no files), optionally named, and returns its id. 22023 for a name not 1-200 characters, PT429 when max_sessions unarchived sessions exist.';
 
 CREATE FUNCTION shell_api.fork_session(p_source_command_id bigint) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3034,6 +3405,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.fork_session(p_source_command_id bigint) IS 'A new session that starts from the cwd, environment and files a finished command left; returns its id. 22023 for an unknown command or one that has not finished, PT429 at max_sessions.';
+
 CREATE FUNCTION shell_api.latest_output(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20, p_before_id bigint DEFAULT NULL::bigint, p_output_limit integer DEFAULT 65536) RETURNS TABLE(id bigint, command text, output text, exit_code integer, status text, submitted_at timestamp with time zone, started_at timestamp with time zone, completed_at timestamp with time zone, output_offset bigint, output_bytes bigint, output_cut boolean)
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -3049,6 +3422,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.latest_output(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint, p_output_limit integer) IS 'A page of a session''s commands, oldest first: those after p_since_id, or (p_since_id 0) the newest p_limit, before p_before_id if given. Each row has at most p_output_limit bytes of output (output_offset, output_bytes, output_cut tell which), the answer at most shell.listing_budget(); 22023 for a bad cursor or limit, or an unknown session.';
+
 CREATE FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint DEFAULT 0, p_limit integer DEFAULT 20, p_before_id bigint DEFAULT NULL::bigint, p_output_limit integer DEFAULT 65536) RETURNS shell_api."text/html"
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -3059,6 +3434,8 @@ BEGIN
         shell.latest_page(p_session_id, p_since_id, p_limit, p_before_id), p_output_limit)));
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint, p_output_limit integer) IS 'latest_output''s page as the terminal page''s HTML (one article per command, shell.render_listing), with the same arguments and errors.';
 
 CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid, forked_from_session_id uuid)
     LANGUAGE sql STABLE
@@ -3071,6 +3448,8 @@ CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd 
     WHERE s.user_id = (SELECT shell.current_user_id()) AND s.archived_at IS NULL
     ORDER BY s.last_active_at DESC, s.id
 $$;
+
+COMMENT ON FUNCTION shell_api.list_sessions() IS 'The caller''s sessions that are not archived, most recently active first, with where each came from: the command and session it was forked from, the session it replays.';
 
 CREATE FUNCTION shell_api.login(p_username text, p_password text) RETURNS json
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3106,6 +3485,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.login(p_username text, p_password text) IS 'Logs in (anonymous callers, role shell_anon): returns {"token": a JWT for role shell_user, valid jwt_ttl_seconds}. A wrong name or password answers 403 (code 28P01) and counts a failure; past login_free_failures the name is closed with growing back-off and answers 429 (PT429, Retry-After).';
+
 CREATE FUNCTION shell_api.output_timeline(p_command_id bigint) RETURNS TABLE(seq integer, offset_ms bigint, data text)
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -3128,6 +3509,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.output_timeline(p_command_id bigint) IS 'A command''s output chunks with when each arrived, in ms after the command started (0 before its start was recorded), to play output back with its timing. 22023 for an unknown command.';
+
 CREATE FUNCTION shell_api.read_file(p_session_id uuid, p_path text, p_command_id bigint DEFAULT NULL::bigint) RETURNS shell_api."application/octet-stream"
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -3142,6 +3525,8 @@ BEGIN
     RETURN content;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.read_file(p_session_id uuid, p_path text, p_command_id bigint) IS 'The bytes of the file at p_path (relative to the home) now, or right after p_command_id, served raw (application/octet-stream). 22023 for a bad path, no such file or not a regular file; XX001 when the stored bytes do not match their hash.';
 
 CREATE FUNCTION shell_api.read_file_part(p_session_id uuid, p_path text, p_command_id bigint DEFAULT NULL::bigint, p_offset bigint DEFAULT 0, p_length integer DEFAULT 1048576, p_sha256 text DEFAULT NULL::text) RETURNS TABLE(sha256 text, size bigint, data bytea)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -3171,6 +3556,8 @@ BEGIN
     FROM c WHERE c.start < p_offset + p_length AND c.start + c.len > p_offset;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.read_file_part(p_session_id uuid, p_path text, p_command_id bigint, p_offset bigint, p_length integer, p_sha256 text) IS 'A slice of a file: p_length bytes (at most 4 MiB) from p_offset, with the file''s sha256 and size to check the whole against. Given p_sha256 from a first slice, a file changed since is refused with PT409; otherwise read_file''s errors, and 22023 for a bad offset or length.';
 
 CREATE FUNCTION shell_api.read_output(p_command_id bigint, p_offset bigint DEFAULT 0, p_limit integer DEFAULT 1048576) RETURNS TABLE(command_id bigint, output_offset bigint, output text, next_offset bigint, output_bytes bigint, status text)
     LANGUAGE plpgsql STABLE
@@ -3205,6 +3592,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.read_output(p_command_id bigint, p_offset bigint, p_limit integer) IS 'A command''s whole output a page at a time: from byte p_offset at most p_limit bytes (cut back to a character, and to the listing budget as JSON), with next_offset to continue and output_bytes so far. 22023 for an unknown command, an offset outside the output or inside a character, or a bad limit.';
+
 CREATE FUNCTION shell_api.read_output_html(p_command_id bigint, p_offset bigint DEFAULT 0, p_limit integer DEFAULT 1048576) RETURNS shell_api."text/html"
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -3230,6 +3619,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.read_output_html(p_command_id bigint, p_offset bigint, p_limit integer) IS 'A read_output page as the terminal page''s HTML, rendered like a listing''s piece: in the colours the output before it left, <pre class="out"> carrying data-from, data-end and data-bytes, shortened to the listing budget. read_output''s errors.';
+
 CREATE FUNCTION shell_api.rename_session(p_session_id uuid, p_name text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -3245,6 +3636,8 @@ BEGIN
     UPDATE shell.sessions s SET name = new_name WHERE s.id = target.id;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.rename_session(p_session_id uuid, p_name text) IS 'Renames a session (1-200 characters, trimmed). 22023 for a blank or long name, or an unknown or archived session.';
 
 CREATE FUNCTION shell_api.replay_comparison(p_run_id uuid) RETURNS TABLE(original_id bigint, replay_id bigint, command text, original_status text, original_exit_code integer, original_output text, original_image_digest text, replay_status text, replay_exit_code integer, replay_output text, replay_reason text, replay_image_digest text)
     LANGUAGE plpgsql STABLE
@@ -3272,6 +3665,56 @@ BEGIN
     ORDER BY r.id;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.replay_comparison(p_run_id uuid) IS 'A replay run (the session replay_session returned) side by side with the commands it re-ran, in order: status, exit code, output and image of each. 22023 for an unknown session or one that is no replay run.';
+
+CREATE FUNCTION shell_api.replay_comparison_html(p_run_id uuid) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $_$
+DECLARE
+    run shell.sessions;
+    total integer;
+    same integer;
+    running integer;
+    rows text;
+BEGIN
+    WITH r AS (
+        SELECT c.*, c.replay_status IN ('done', 'failed', 'cancelled') AS finished,
+               c.original_exit_code IS NOT DISTINCT FROM c.replay_exit_code
+               AND c.original_output IS NOT DISTINCT FROM c.replay_output AS same_result,
+               row_number() OVER () AS n
+        FROM shell_api.replay_comparison(p_run_id) c
+    )
+    SELECT count(*), count(*) FILTER (WHERE r.same_result), count(*) FILTER (WHERE NOT r.finished),
+           string_agg(format(
+               '<article class="compare-row" data-same="%s"><div class="command">$ %s</div>%s%s</article>',
+               (r.finished AND r.same_result)::text, shell.html_escape(r.command),
+               shell.compare_side('original', r.original_status, r.original_exit_code, r.original_output,
+                                  CASE WHEN r.finished THEN r.replay_exit_code ELSE r.original_exit_code END,
+                                  CASE WHEN r.finished THEN r.replay_output ELSE r.original_output END),
+               CASE WHEN r.finished
+                    THEN shell.compare_side('replay', r.replay_status, r.replay_exit_code, r.replay_output,
+                                            r.original_exit_code, r.original_output)
+                    ELSE format('<div class="side"><span class="label">replay</span> %s…</div>',
+                                shell.html_escape(r.replay_status)) END),
+               '' ORDER BY r.n)
+    INTO total, same, running, rows
+    FROM r;
+    SELECT * INTO run FROM shell.sessions s WHERE s.id = p_run_id;  -- replay_comparison found it
+    RETURN format(
+        '<p id="compare-title" class="compare-title">Replay <a href="#session=%s">%s</a>'
+        ' beside the original %s</p>'
+        '<p id="compare-summary" class="compare-summary" role="status">%s of %s commands gave the same result%s</p>'
+        '<div id="compare-rows" class="compare-rows" data-running="%s">%s</div>',
+        run.id, shell.html_escape(coalesce(nullif(run.name, ''), run.id::text)),
+        shell.session_link(run.replay_of_session_id),
+        same, total, CASE WHEN running > 0 THEN format(' · %s still to run', running) ELSE '' END,
+        running, coalesce(rows, ''));
+END
+$_$;
+
+COMMENT ON FUNCTION shell_api.replay_comparison_html(p_run_id uuid) IS 'replay_comparison as the page''s HTML: a title linking the run and its original, how many commands gave the same result, and a row a command with what differs marked; data-running counts the replayed commands still to finish. replay_comparison''s errors.';
 
 CREATE FUNCTION shell_api.replay_session(p_session_id uuid, p_start_id bigint) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3333,6 +3776,8 @@ BEGIN
     RETURN run_session.id;
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.replay_session(p_session_id uuid, p_start_id bigint) IS 'Re-queues the session''s original commands from p_start_id on in a new session that starts from the cwd, environment and files they started from (uploads as uploads, recorded input at its offsets); returns the new session''s id, the replay run. 22023 when p_start_id is not an original command of the session, PT409 when one took input with echo off, PT429 at a quota.';
 
 CREATE FUNCTION shell_api.resize_terminal(p_command_id bigint, p_cols integer, p_rows integer) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3401,6 +3846,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.session_changes(p_session_id uuid, p_after_change bigint, p_limit integer, p_tail boolean, p_output_limit integer) IS 'The live feed: up to p_limit commands whose status or output changed after the change cursor p_after_change (clamped to the session''s newest change), oldest first; poll again with the largest change_seq seen. With p_tail a row''s output is only what arrived after the cursor. 22023 for bad arguments or an unknown session.';
+
 CREATE FUNCTION shell_api.session_changes_html(p_session_id uuid, p_after_change bigint DEFAULT 0, p_limit integer DEFAULT 100, p_tail boolean DEFAULT false, p_output_limit integer DEFAULT 65536) RETURNS shell_api."text/html"
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -3415,6 +3862,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.session_changes_html(p_session_id uuid, p_after_change bigint, p_limit integer, p_tail boolean, p_output_limit integer) IS 'session_changes'' page as the terminal page''s HTML (shell.render_listing), with the same arguments and errors.';
+
 CREATE FUNCTION shell_api.session_cursor(p_session_id uuid) RETURNS bigint
     LANGUAGE plpgsql STABLE
     SET search_path TO ''
@@ -3428,6 +3877,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.session_cursor(p_session_id uuid) IS 'The session''s newest change number (0 when none): the cursor to start following it with session_changes. 22023 for an unknown session.';
+
 CREATE FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint DEFAULT NULL::bigint, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 1000) RETURNS TABLE(path text, kind text, mode integer, size bigint, sha256 text, target text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
@@ -3435,6 +3886,93 @@ CREATE FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint D
     SELECT l.path, l.kind, l.mode, l.size, CASE WHEN l.kind = 'file' THEN l.object END, l.target
     FROM shell.tree_page(shell.root_at(p_session_id, p_command_id), p_after, p_limit) l
 $$;
+
+COMMENT ON FUNCTION shell_api.session_files(p_session_id uuid, p_command_id bigint, p_after text, p_limit integer) IS 'The session''s files now, or right after its command p_command_id, a page at a time: up to p_limit (1-1000) entries after the path p_after, each directory followed by what it holds; a short page is the last. 22023 for an unknown session or command, an unfinished command, a bad path or limit.';
+
+CREATE FUNCTION shell_api.session_files_html(p_session_id uuid) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    max_listed constant integer := 1000;
+    listed integer;
+    shown integer;
+    rows text;
+BEGIN
+    SELECT count(*), count(*) FILTER (WHERE f.kind <> 'dir'),
+           string_agg(format(
+               '<tr><td class="path">%s</td><td class="size" title="%s bytes">%s</td>'
+               '<td class="mode">%s</td><td class="action">%s</td></tr>',
+               shell.html_escape(CASE WHEN f.kind = 'symlink' THEN f.path || ' → ' || f.target
+                                      ELSE f.path END),
+               f.size, CASE WHEN f.kind = 'file' THEN shell.size_words(f.size) ELSE 'link' END,
+               lpad(ltrim(concat((f.mode >> 9) & 7, (f.mode >> 6) & 7, (f.mode >> 3) & 7, f.mode & 7),
+                          '0'), 3, '0'),  -- octal, as ls -l's digits
+               CASE WHEN f.kind = 'file' THEN format(
+                   '<button type="button" class="link" data-download="%s" aria-label="download %s">'
+                   'download</button>', shell.html_escape(f.path), shell.html_escape(f.path))
+                    ELSE '' END),
+               '' ORDER BY f.n) FILTER (WHERE f.kind <> 'dir')
+    INTO listed, shown, rows
+    FROM (SELECT l.*, row_number() OVER () AS n
+          FROM shell_api.session_files(p_session_id, p_limit => max_listed) l) f;
+    RETURN format(
+        '<table class="files-table"><thead><tr><th>path</th><th>size</th><th>mode</th>'
+        '<th><span class="visually-hidden">download</span></th></tr></thead>'
+        '<tbody id="files-list">%s</tbody></table><p id="files-note" class="files-note">%s</p>',
+        coalesce(rows, ''),
+        CASE WHEN listed >= max_listed THEN format('The first %s files are shown; there are more.', shown)
+             WHEN shown = 0 THEN 'No files yet.' ELSE '' END);
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.session_files_html(p_session_id uuid) IS 'The files panel''s listing as HTML: session_files'' first page (1000 entries), files and links without the directories, with size, mode and a download button a file, and a note for none or more; session_files'' errors.';
+
+CREATE FUNCTION shell_api.session_lineage_html(p_session_id uuid) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    me uuid := shell.current_user_id();
+    s shell.sessions;
+BEGIN
+    SELECT * INTO s FROM shell.sessions x
+    WHERE x.id = p_session_id AND x.user_id = me AND x.archived_at IS NULL;
+    IF s.id IS NULL THEN
+        PERFORM shell.session_not_found();
+    END IF;
+    RETURN array_to_string(shell.render_lineage(s), ' · ');
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.session_lineage_html(p_session_id uuid) IS 'The lineage shown above an open session, as HTML (shell.render_lineage''s parts, " · " between them); empty for a session with none. 22023 "session not found" for an unknown, archived or other tenant''s session.';
+
+CREATE FUNCTION shell_api.sessions_html() RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    me uuid := shell.current_user_id();
+BEGIN
+    RETURN coalesce(
+        (SELECT string_agg(format(
+            '<li data-id="%s"><a href="#session=%s" class="name">%s</a>'
+            '<span class="info">%s · <time datetime="%s">%s</time></span>%s'
+            '<span class="actions"><button type="button" class="rename">rename</button>'
+            '<button type="button" class="archive">archive</button></span></li>',
+            s.id, s.id, shell.html_escape(coalesce(nullif(s.name, ''), s.id::text)),
+            shell.html_escape(s.cwd),
+            to_char(s.last_active_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+            to_char(s.last_active_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'),
+            array_to_string(shell.render_lineage(s), '')),
+            E'\n' ORDER BY s.last_active_at DESC, s.id)
+         FROM shell.sessions s
+         WHERE s.user_id = me AND s.archived_at IS NULL),
+        '<li class="empty">No sessions yet.</li>');
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.sessions_html() IS 'The page''s session list as HTML: list_sessions'' sessions in its order, each an <li data-id> with its name, directory, last activity (UTC), lineage and rename and archive buttons; "No sessions yet." for none. 42501 when not signed in.';
 
 CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text, p_tty boolean DEFAULT false, p_cols integer DEFAULT 80, p_rows integer DEFAULT 24, p_stdin text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3495,12 +4033,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text) IS 'submit_command (no terminal, no input) for the web page: answers the new command''s article as HTML. submit_command''s errors.';
+
 CREATE FUNCTION shell_api.upload_discard(p_upload_id uuid) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
     AS $$
     DELETE FROM shell.upload_parts p WHERE p.user_id = shell.current_user_id() AND p.upload_id = p_upload_id
 $$;
+
+COMMENT ON FUNCTION shell_api.upload_discard(p_upload_id uuid) IS 'Drops the caller''s staged upload; nothing happens if there is none.';
 
 CREATE FUNCTION shell_api.upload_file(p_session_id uuid, p_path text, p_content bytea, p_mode integer DEFAULT 420) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3535,6 +4077,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.upload_file(p_session_id uuid, p_path text, p_content bytea, p_mode integer) IS 'Puts a file (at most 64 MiB, mode 0-511, default 0644) at p_path of an idle session as an entry of its history, and returns the entry''s command id. 22023 for an unknown session, a bad path or mode, PT413 too large or over the files quota or caps, PT409 for a busy session or one whose files are not in the database yet, PT429 over max_uploads_per_minute.';
+
 CREATE FUNCTION shell_api.upload_finish(p_upload_id uuid, p_session_id uuid, p_path text, p_mode integer DEFAULT 420) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -3561,6 +4105,8 @@ BEGIN
     RETURN shell_api.upload_file(p_session_id, p_path, content, p_mode);
 END
 $$;
+
+COMMENT ON FUNCTION shell_api.upload_finish(p_upload_id uuid, p_session_id uuid, p_path text, p_mode integer) IS 'Puts a staged upload at p_path of the session through upload_file (every check and error of it applies) and returns the entry''s command id; after a refusal the parts stay, to finish again. 22023 for an unknown upload or one missing parts.';
 
 CREATE FUNCTION shell_api.upload_part(p_upload_id uuid, p_seq integer, p_data bytea) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3617,6 +4163,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.upload_part(p_upload_id uuid, p_seq integer, p_data bytea) IS 'Stages part p_seq (in order from 0, at most 4 MiB) of an upload under an id the client chose; returns the bytes staged for it so far. 22023 for a part out of order, PT413 past 64 MiB, PT429 past upload_open_max uploads or upload_staged_max_bytes staged. Finish with upload_finish.';
+
 CREATE FUNCTION shell_api.warm_session(p_session_id uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -3638,6 +4186,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION shell_api.warm_session(p_session_id uuid) IS 'Called when the page shows a session: asks an executor to start its next container before anything is typed. Does nothing for a busy session, within 5 s of the last ask, or when 3 other sessions of the user asked within a minute; 22023 for an unknown session.';
+
 CREATE TABLE shell.blob_chunks (
     sha256 text NOT NULL,
     seq integer NOT NULL,
@@ -3645,6 +4195,8 @@ CREATE TABLE shell.blob_chunks (
     CONSTRAINT blob_chunks_data_check CHECK ((octet_length(data) <= 4194304)),
     CONSTRAINT blob_chunks_seq_check CHECK ((seq >= 0))
 );
+
+COMMENT ON TABLE shell.blob_chunks IS 'The bytes of blobs, in chunks of at most 4 MiB.';
 
 CREATE TABLE shell.blobs (
     sha256 text NOT NULL,
@@ -3655,6 +4207,8 @@ CREATE TABLE shell.blobs (
     CONSTRAINT blobs_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT blobs_size_check CHECK ((size >= 0))
 );
+
+COMMENT ON TABLE shell.blobs IS 'Files'' contents by SHA-256, with size and number of chunks, shared by every tree that holds them.';
 
 CREATE TABLE shell.chain_checkpoints (
     session_id uuid NOT NULL,
@@ -3668,6 +4222,8 @@ CREATE TABLE shell.chain_checkpoints (
     CONSTRAINT chain_checkpoints_chain_seq_check CHECK ((chain_seq > 0)),
     CONSTRAINT chain_checkpoints_removed_check CHECK ((removed > 0))
 );
+
+COMMENT ON TABLE shell.chain_checkpoints IS 'Where a session''s result chain resumes after retention removed its oldest links: the last removed link''s hash and how many links were removed, signed by the cleanup agent.';
 
 CREATE TABLE shell.command_input (
     command_id bigint NOT NULL,
@@ -3705,12 +4261,16 @@ CREATE TABLE shell.config (
     value text NOT NULL
 );
 
+COMMENT ON TABLE shell.config IS 'Settings the database reads: jwt_secret, jwt_ttl_seconds, login back-off, upload limits, request slots, listing_budget_bytes, the published command_time_limit_s.';
+
 CREATE TABLE shell.held_blobs (
     user_id uuid NOT NULL,
     sha256 text NOT NULL,
     refs bigint NOT NULL,
     size bigint NOT NULL
 );
+
+COMMENT ON TABLE shell.held_blobs IS 'Per user: the distinct blobs their kept history holds, with reference counts and sizes.';
 
 CREATE TABLE shell.held_trees (
     user_id uuid NOT NULL,
@@ -3719,6 +4279,8 @@ CREATE TABLE shell.held_trees (
     bytes bigint NOT NULL
 );
 
+COMMENT ON TABLE shell.held_trees IS 'Per user: the distinct trees their kept history holds, with reference counts and their entries'' cost.';
+
 CREATE TABLE shell.images (
     digest text NOT NULL,
     promoted_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -3726,6 +4288,8 @@ CREATE TABLE shell.images (
     is_current boolean DEFAULT false NOT NULL,
     CONSTRAINT images_digest_check CHECK ((digest ~ '^sha256:[0-9a-f]{64}$'::text))
 );
+
+COMMENT ON TABLE shell.images IS 'Sandbox images administrators promoted; at most one is current.';
 
 CREATE TABLE shell.lanes (
     session_id uuid NOT NULL,
@@ -3742,6 +4306,14 @@ CREATE TABLE shell.lanes (
     CONSTRAINT lanes_pending_check CHECK ((pending >= 0))
 );
 
+COMMENT ON TABLE shell.lanes IS 'One small row per session that claimers lock (SKIP LOCKED): queued count, running command, change cursor, result chain head, preferred host, warm-start request.';
+
+COMMENT ON COLUMN shell.lanes.change_seq IS 'Bumped under this row''s lock by every change to the session''s commands: the session''s change cursor.';
+
+COMMENT ON COLUMN shell.lanes.cached_on IS 'The executor host whose copy holds the session''s current files: claiming prefers it.';
+
+COMMENT ON COLUMN shell.lanes.warm_wanted IS 'A warm start is asked for and no executor has taken it yet (shell.adopt_session).';
+
 CREATE TABLE shell.login_failures (
     username text NOT NULL,
     failures integer NOT NULL,
@@ -3749,11 +4321,15 @@ CREATE TABLE shell.login_failures (
     closed_until timestamp with time zone NOT NULL
 );
 
+COMMENT ON TABLE shell.login_failures IS 'Failed logins per username for the back-off: closed_until is when the name may try again.';
+
 CREATE TABLE shell.migrations (
     name text NOT NULL,
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+COMMENT ON TABLE shell.migrations IS 'The migrations and grants pg-shell db migrate applied, with their checksums: an edited one is refused.';
 
 CREATE TABLE shell.output_chunks (
     command_id bigint NOT NULL,
@@ -3763,6 +4339,10 @@ CREATE TABLE shell.output_chunks (
     change_seq bigint,
     CONSTRAINT output_chunks_seq_check CHECK ((seq >= 0))
 );
+
+COMMENT ON TABLE shell.output_chunks IS 'Commands'' output as it arrived, in order, with when and the change that appended it. Append-only.';
+
+COMMENT ON COLUMN shell.output_chunks.change_seq IS 'The lane change that appended the chunk, so the live feed sends only output after a cursor.';
 
 CREATE UNLOGGED TABLE shell.secret_input (
     command_id bigint NOT NULL,
@@ -3781,6 +4361,8 @@ CREATE TABLE shell.signing_keys (
     CONSTRAINT signing_keys_public_key_check CHECK ((public_key ~ '^[0-9a-f]{64}$'::text))
 );
 
+COMMENT ON TABLE shell.signing_keys IS 'Public Ed25519 keys of executors and the cleanup agent, which sign result records and checkpoints.';
+
 CREATE TABLE shell.trees (
     hash text NOT NULL,
     size bigint NOT NULL,
@@ -3793,6 +4375,12 @@ CREATE TABLE shell.trees (
     CONSTRAINT trees_widest_check CHECK ((widest >= 0))
 );
 
+COMMENT ON TABLE shell.trees IS 'Directories by the hash of their entries (shell.tree_hash), with their size, entries below and widest directory; a root is the tree of a session''s home.';
+
+COMMENT ON COLUMN shell.trees.entries IS 'All entries below the tree, each path once.';
+
+COMMENT ON COLUMN shell.trees.widest IS 'The most entries of one directory at or below the tree.';
+
 CREATE TABLE shell.upload_parts (
     user_id uuid NOT NULL,
     upload_id uuid NOT NULL,
@@ -3803,6 +4391,8 @@ CREATE TABLE shell.upload_parts (
     CONSTRAINT upload_parts_seq_check CHECK ((seq >= 0))
 );
 
+COMMENT ON TABLE shell.upload_parts IS 'Staged parts of uploads in progress (shell_api.upload_part), per user and upload id, until upload_finish or they go stale.';
+
 CREATE TABLE shell.usage_watermarks (
     consumer text NOT NULL,
     covered_until timestamp with time zone NOT NULL,
@@ -3810,6 +4400,8 @@ CREATE TABLE shell.usage_watermarks (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT usage_watermarks_consumer_check CHECK ((consumer ~ '^[A-Za-z0-9_.:-]{1,100}$'::text))
 );
+
+COMMENT ON TABLE shell.usage_watermarks IS 'How far each usage consumer (pg-shell usage) has read: the commands that ended before covered_until were reported to it.';
 
 CREATE TABLE shell.users (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -3840,6 +4432,8 @@ CREATE TABLE shell.users (
     CONSTRAINT users_terminal_max_s_check CHECK ((terminal_max_s > 0)),
     CONSTRAINT users_username_check CHECK ((username ~ '^[a-z_][a-z0-9_.-]{0,62}$'::text))
 );
+
+COMMENT ON TABLE shell.users IS 'Tenants: username, bcrypt password hash, and per-user quotas and terminal limits (shell.set_user_quota).';
 
 ALTER TABLE ONLY shell.blob_chunks
     ADD CONSTRAINT blob_chunks_pkey PRIMARY KEY (sha256, seq);

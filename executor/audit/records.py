@@ -26,8 +26,9 @@ from typing import Any, Protocol
 # records stay valid for what they state.
 RECORD_VERSION = 5
 DATABASE_SIGNER = "database"
-# The database writes its own records (of uploads, which take no input) at
-# version 4 (shell.chain_result).
+# The records the database writes itself (shell.chain_result: uploads, and
+# commands that end without an executor's record, e.g. cancelled before they
+# ran or refused at completion) stay at version 4, without input_sha256.
 DATABASE_RECORD_VERSION = 4
 FACT_FIELDS_V1 = (
     "command_id", "session_id", "user_id", "command_sha256", "status", "exit_code", "reason",

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.db.api_helpers import WORKER, claim, run, start
+from tests.db.api_helpers import WORKER, append, claim, run, start
 from tests.db.claim_support import new_tenant, raises_sqlstate, superuser
 from tests.support import call, connect_as, executor, one
 
@@ -164,6 +164,30 @@ def test_a_terminal_command_is_marked_with_its_window_so_history_shows_a_termina
                               "p_cols => 132, p_rows => 43)", (session,)))
     assert "data-tty" not in fragment(alice.conn, plain)
     assert ' data-tty data-cols="132" data-rows="43">' in fragment(alice.conn, tty)
+
+
+def test_a_terminal_commands_fragments_carry_its_raw_stream_piece_by_piece(db):
+    # The page's terminal view writes what a fragment holds: the bytes as the
+    # program wrote them (a bare CR survives HTML parsing as &#13;), and in a
+    # live piece exactly the bytes from data-from, no colour state before them.
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    tty = int(one(alice.conn, "SELECT shell_api.submit_command(%s, 'top', p_tty => true)",
+                  (session,)))
+    attempt = claim(db, tty)
+    start(db, tty, attempt)
+    append(db, tty, attempt, 0, "\x1b[31mred\rR<b>")
+    cursor = one(alice.conn, "SELECT shell_api.session_cursor(%s)", (session,))
+    assert '<pre class="out" data-raw>\x1b[31mred&#13;R&lt;b&gt;</pre>' in fragment(alice.conn, tty)
+    append(db, tty, attempt, 1, "\n$ ")
+    live = one(alice.conn, "SELECT shell_api.session_changes_html(%s, %s, p_tail => true)",
+               (session, cursor))
+    assert '<pre class="out" data-from="13" data-end="16" data-bytes="16" data-raw>\n$ </pre>' \
+        in live
+    plain = alice.submit(alice.session(), "printf red")
+    run(db, plain, "\x1b[31mred")
+    coloured = '<pre class="out"><span class="ansi-fg-31">red</span></pre>'
+    assert coloured in fragment(alice.conn, plain)
 
 
 def test_the_prompt_shows_the_directory_under_home_as_a_tilde(db):
