@@ -213,11 +213,12 @@ def _become(cur: Any, role: str, claims: dict[str, Any] | None,
     """The rest of the transaction runs as the caller, with the caller's role
     settings (statement_timeout: a request may not hold the database for
     long), as PostgREST runs it."""
-    cur.execute("SELECT set_config('role', %s, true),"
-                " set_config('request.jwt.claims', %s, true)",
-                (role, json.dumps(claims) if claims is not None else ""))
-    for name, value in settings:
-        cur.execute("SELECT set_config(%s, %s, true)", (name, value))
+    calls = ["set_config('role', %s, true)", "set_config('request.jwt.claims', %s, true)"]
+    values = [role, json.dumps(claims) if claims is not None else ""]
+    for name, value in settings:  # one statement: a round trip fewer per setting
+        calls.append("set_config(%s, %s, true)")
+        values += [name, value]
+    cur.execute("SELECT " + ", ".join(calls), values)
 
 
 def _response_settings(cur: Any) -> ResponseSettings:

@@ -20,7 +20,6 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
@@ -41,6 +40,7 @@ from executor.gateway.files import Files, PartsResponse, StagedUpload, user_of
 from executor.gateway.grammar import bigint, is_grammar
 from executor.gateway.json_stream import ByteaError, NulInText
 from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
+from executor.gateway.security_headers import SecurityHeaders
 from executor.gateway.status import hinted_retry_after, http_status
 from executor.gateway.throttle import AddressThrottle, retry_after
 from executor.gateway.user_limits import UserLimits
@@ -48,15 +48,6 @@ from executor.gateway.user_limits import UserLimits
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; "
-        "object-src 'none'"),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-}
 # Functions whose answer may be held back until something changes.
 LONG_POLL = {"session_changes", "session_changes_html"}
 MAX_WAIT_S = 25
@@ -416,11 +407,6 @@ def create_app(settings: Settings, dsn: str) -> Starlette:
         gateway.feed.stop()
         gateway.db.close()
 
-    async def security_headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
-        response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
-
     def body_limit(scope: Scope) -> int:
         return (settings.max_upload_bytes if gateway.upload_allowed(scope)
                 else settings.max_body_bytes)
@@ -433,6 +419,6 @@ def create_app(settings: Settings, dsn: str) -> Starlette:
                 lambda: openapi.describe(gateway.catalog, gateway.columns))),
         ],
         middleware=[Middleware(BodyLimit, limit_of=body_limit),
-                    Middleware(BaseHTTPMiddleware, dispatch=security_headers)],
+                    Middleware(SecurityHeaders)],
         lifespan=lifespan,
     )
