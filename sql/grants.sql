@@ -53,6 +53,7 @@ GRANT EXECUTE ON FUNCTION
     shell_api.read_file_part(uuid, text, bigint, bigint, integer, text),
     shell_api.rename_session(uuid, text),
     shell_api.archive_session(uuid),
+    shell_api.unarchive_session(uuid),
     shell_api.warm_session(uuid),
     shell_api.command_limits(),
     -- interactive commands (0029_interactive)

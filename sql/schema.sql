@@ -763,7 +763,9 @@ CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
     AS $$
-    SELECT CASE
+    SELECT format('<button type="button" class="copy-id" data-copy="%s" title="copy the command id">#%s</button>',
+                  c.id, c.id)
+        || CASE
         WHEN c.status IN ('pending', 'claimed', 'running')
         THEN format('<button type="button" class="cancel" data-cancel="%s">cancel</button>', c.id)
         ELSE format('<button type="button" class="fork" data-fork="%s">fork from here</button>', c.id)
@@ -774,7 +776,7 @@ CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
         END
 $$;
 
-COMMENT ON FUNCTION shell.command_buttons(c shell.commands) IS 'The buttons beside a command in the page: cancel while it is unfinished; once it ended, fork, and replay for a command typed into this session.';
+COMMENT ON FUNCTION shell.command_buttons(c shell.commands) IS 'The buttons beside a command in the page: its id (copied on click); cancel while it is unfinished; once it ended, fork, and replay for a command typed into this session.';
 
 CREATE FUNCTION shell.command_not_found() RETURNS void
     LANGUAGE plpgsql
@@ -1981,21 +1983,17 @@ CREATE FUNCTION shell.owned_session(p_session_id uuid) RETURNS shell.sessions
     SET search_path TO ''
     AS $$
 DECLARE
-    -- Identity first: a caller who is nobody gets 42501 whether or not the
-    -- id exists, so ids cannot be probed without signing in either.
-    me uuid := shell.current_user_id();
-    found shell.sessions;
+    found shell.sessions := shell.readable_session(p_session_id);
 BEGIN
-    SELECT * INTO found FROM shell.sessions s
-    WHERE s.id = p_session_id AND s.user_id = me AND s.archived_at IS NULL;
-    IF found.id IS NULL THEN
-        PERFORM shell.session_not_found();
+    IF found.archived_at IS NOT NULL THEN
+        RAISE EXCEPTION 'session is archived' USING ERRCODE = 'PT409',
+            HINT = 'Restore it with unarchive_session to run commands in it or change it.';
     END IF;
     RETURN found;
 END
 $$;
 
-COMMENT ON FUNCTION shell.owned_session(p_session_id uuid) IS 'The caller''s session if it is not archived; else session not found (22023), or 42501 when nobody is signed in.';
+COMMENT ON FUNCTION shell.owned_session(p_session_id uuid) IS 'The caller''s session, to change or run commands in: PT409 when it is archived; else readable_session''s errors.';
 
 CREATE FUNCTION shell.path_parts(p_path text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE
@@ -2226,6 +2224,26 @@ CREATE FUNCTION shell.raw_html(t text) RETURNS text
 $$;
 
 COMMENT ON FUNCTION shell.raw_html(t text) IS 'Text as HTML whose text content is exactly the text (escaped, carriage returns as &#13;).';
+
+CREATE FUNCTION shell.readable_session(p_session_id uuid) RETURNS shell.sessions
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    -- Identity first: a caller who is nobody gets 42501 whether or not the
+    -- id exists, so ids cannot be probed without signing in either.
+    me uuid := shell.current_user_id();
+    found shell.sessions;
+BEGIN
+    SELECT * INTO found FROM shell.sessions s WHERE s.id = p_session_id AND s.user_id = me;
+    IF found.id IS NULL THEN
+        PERFORM shell.session_not_found();
+    END IF;
+    RETURN found;
+END
+$$;
+
+COMMENT ON FUNCTION shell.readable_session(p_session_id uuid) IS 'The caller''s session, archived or not; else session not found (22023), or 42501 when nobody is signed in.';
 
 CREATE FUNCTION shell.record_login_failure(p_name text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2661,7 +2679,7 @@ CREATE FUNCTION shell.root_at(p_session_id uuid, p_command_id bigint) RETURNS te
     SET search_path TO ''
     AS $$
 DECLARE
-    s shell.sessions := shell.owned_session(p_session_id);
+    s shell.sessions := shell.readable_session(p_session_id);
     c shell.commands;
 BEGIN
     IF p_command_id IS NULL THEN
@@ -2679,7 +2697,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION shell.root_at(p_session_id uuid, p_command_id bigint) IS 'The root of the caller''s session now, or right after its command p_command_id. 22023 for an unknown session or command, or one not finished.';
+COMMENT ON FUNCTION shell.root_at(p_session_id uuid, p_command_id bigint) IS 'The root of the caller''s session (archived too) now, or right after its command p_command_id. 22023 for an unknown session or command, or one not finished.';
 
 CREATE FUNCTION shell.seal_input(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS TABLE(seq integer, offset_ms bigint, kind text, sha256 text, cols integer, rows integer)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2702,15 +2720,16 @@ CREATE FUNCTION shell.session_link(p_session_id uuid) RETURNS text
     SET search_path TO ''
     AS $$
     SELECT coalesce(
-        (SELECT format('<a href="#session=%s">%s</a>', s.id,
-                       shell.html_escape(coalesce(nullif(s.name, ''), s.id::text)))
+        (SELECT format('<a href="#session=%s">%s</a>%s', s.id,
+                       shell.html_escape(coalesce(nullif(s.name, ''), s.id::text)),
+                       CASE WHEN s.archived_at IS NOT NULL THEN ' <span class="gone">(archived)</span>'
+                            ELSE '' END)
          FROM shell.sessions s
-         WHERE s.id = p_session_id AND s.user_id = (SELECT shell.current_user_id())
-           AND s.archived_at IS NULL),
-        '<span class="gone">an archived session</span>')
+         WHERE s.id = p_session_id AND s.user_id = (SELECT shell.current_user_id())),
+        '<span class="gone">a session that is gone</span>')
 $$;
 
-COMMENT ON FUNCTION shell.session_link(p_session_id uuid) IS 'One of the caller''s sessions as an HTML link to it (its name, else its id, escaped); words saying it is archived for one that is archived or not the caller''s.';
+COMMENT ON FUNCTION shell.session_link(p_session_id uuid) IS 'A link to one of the caller''s sessions by name (an archived one marked so), for lineage and comparison HTML.';
 
 CREATE FUNCTION shell.session_not_found() RETURNS void
     LANGUAGE plpgsql
@@ -3689,7 +3708,8 @@ BEGIN
     SELECT count(*), count(*) FILTER (WHERE r.same_result), count(*) FILTER (WHERE NOT r.finished),
            string_agg(format(
                '<article class="compare-row" data-same="%s"><div class="command">$ %s</div>%s%s</article>',
-               (r.finished AND r.same_result)::text, shell.html_escape(r.command),
+               CASE WHEN r.finished THEN r.same_result::text ELSE 'pending' END,
+               shell.html_escape(r.command),
                shell.compare_side('original', r.original_status, r.original_exit_code, r.original_output,
                                   CASE WHEN r.finished THEN r.replay_exit_code ELSE r.original_exit_code END,
                                   CASE WHEN r.finished THEN r.replay_output ELSE r.original_output END),
@@ -3714,7 +3734,7 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION shell_api.replay_comparison_html(p_run_id uuid) IS 'replay_comparison as the page''s HTML: a title linking the run and its original, how many commands gave the same result, and a row a command with what differs marked; data-running counts the replayed commands still to finish. replay_comparison''s errors.';
+COMMENT ON FUNCTION shell_api.replay_comparison_html(p_run_id uuid) IS 'replay_comparison as the page''s HTML: a title linking the run and its original, how many commands gave the same result, and a row a command, data-same true, false (what differs marked) or pending (still to run); data-running counts the replayed commands still to finish. replay_comparison''s errors.';
 
 CREATE FUNCTION shell_api.replay_session(p_session_id uuid, p_start_id bigint) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3936,16 +3956,21 @@ DECLARE
     me uuid := shell.current_user_id();
     s shell.sessions;
 BEGIN
-    SELECT * INTO s FROM shell.sessions x
-    WHERE x.id = p_session_id AND x.user_id = me AND x.archived_at IS NULL;
+    SELECT * INTO s FROM shell.sessions x WHERE x.id = p_session_id AND x.user_id = me;
     IF s.id IS NULL THEN
         PERFORM shell.session_not_found();
     END IF;
-    RETURN array_to_string(shell.render_lineage(s), ' · ');
+    RETURN array_to_string(
+        CASE WHEN s.archived_at IS NOT NULL THEN ARRAY[format(
+            '<span class="archived">archived <time datetime="%s">%s</time>: read only</span> '
+            '<button type="button" class="unarchive" data-unarchive="%s">restore</button>',
+            to_char(s.archived_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+            to_char(s.archived_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'), s.id)]
+        ELSE '{}'::text[] END || shell.render_lineage(s), ' · ');
 END
 $$;
 
-COMMENT ON FUNCTION shell_api.session_lineage_html(p_session_id uuid) IS 'The lineage shown above an open session, as HTML (shell.render_lineage''s parts, " · " between them); empty for a session with none. 22023 "session not found" for an unknown, archived or other tenant''s session.';
+COMMENT ON FUNCTION shell_api.session_lineage_html(p_session_id uuid) IS 'The line shown above an open session, as HTML: for an archived one, since when and a restore button; then shell.render_lineage''s parts, " · " between them; empty for a live session with no lineage. 22023 "session not found" for an unknown or other tenant''s session.';
 
 CREATE FUNCTION shell_api.sessions_html() RETURNS shell_api."text/html"
     LANGUAGE plpgsql STABLE
@@ -4034,6 +4059,31 @@ END
 $$;
 
 COMMENT ON FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text) IS 'submit_command (no terminal, no input) for the web page: answers the new command''s article as HTML. submit_command''s errors.';
+
+CREATE FUNCTION shell_api.unarchive_session(p_session_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.sessions := shell.readable_session(p_session_id);
+    quota integer;
+BEGIN
+    IF target.archived_at IS NULL THEN
+        RETURN;
+    END IF;
+    -- The user's row lock, as new_session takes it: the count cannot be
+    -- raced past the quota by a session created at the same time.
+    SELECT u.max_sessions INTO quota FROM shell.users u WHERE u.id = target.user_id FOR NO KEY UPDATE;
+    IF (SELECT count(*) FROM shell.sessions s
+        WHERE s.user_id = target.user_id AND s.archived_at IS NULL) >= quota THEN
+        RAISE EXCEPTION 'session quota reached (% sessions)', quota USING ERRCODE = 'PT429',
+            HINT = 'Archive a session you no longer need first, or ask an administrator to raise max_sessions.';
+    END IF;
+    UPDATE shell.sessions s SET archived_at = NULL WHERE s.id = target.id;
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.unarchive_session(p_session_id uuid) IS 'Restores an archived session: it is listed again, counts against max_sessions and takes commands (its files come back from the database with the first). Nothing for a session that is not archived; PT429 at the quota, 22023 for an unknown session.';
 
 CREATE FUNCTION shell_api.upload_discard(p_upload_id uuid) RETURNS void
     LANGUAGE sql SECURITY DEFINER
@@ -4170,9 +4220,9 @@ CREATE FUNCTION shell_api.warm_session(p_session_id uuid) RETURNS void
     SET search_path TO ''
     AS $$
 DECLARE
-    target shell.sessions := shell.owned_session(p_session_id);
+    target shell.sessions := shell.readable_session(p_session_id);
 BEGIN
-    IF (SELECT count(*) FROM shell.lanes l
+    IF target.archived_at IS NOT NULL OR (SELECT count(*) FROM shell.lanes l
         WHERE l.user_id = target.user_id AND l.session_id <> target.id
           AND l.warm_asked_at > now() - interval '1 minute') >= 3 THEN
         RETURN;
@@ -4186,7 +4236,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION shell_api.warm_session(p_session_id uuid) IS 'Called when the page shows a session: asks an executor to start its next container before anything is typed. Does nothing for a busy session, within 5 s of the last ask, or when 3 other sessions of the user asked within a minute; 22023 for an unknown session.';
+COMMENT ON FUNCTION shell_api.warm_session(p_session_id uuid) IS 'Called when the page shows a session: asks an executor to start its next container before anything is typed. Does nothing for an archived or busy session, within 5 s of the last ask, or when 3 other sessions of the user asked within a minute; 22023 for an unknown session.';
 
 CREATE TABLE shell.blob_chunks (
     sha256 text NOT NULL,

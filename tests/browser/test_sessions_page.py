@@ -131,3 +131,33 @@ def test_signing_in_carries_to_a_new_tab_until_the_token_expires(
     third.page.goto(f"{term.url}/#session={session}")
     third.expect(third.page.locator("#login-view")).to_be_visible()
     assert third.page.evaluate("localStorage.getItem('pg_shell.token')") is None
+
+
+def test_an_archived_session_reads_at_its_link_and_is_restored_there(
+        open_terminal: OpenTerminal) -> None:
+    term = open_terminal("alice")
+    session = term.new_session("old")
+    kept = term.run("echo kept > f && echo kept")
+    command_id = kept.get_attribute("data-id")
+    kept.locator("button[data-copy]").click()  # the id fork, replay and the CLI take
+    term.expect(term.status).to_contain_text(command_id)
+
+    term.page.goto(term.url + "/#")
+    archive = session_item(term, session).locator("button.archive")
+    archive.click()
+    archive.click()
+    term.expect(session_item(term, session)).to_have_count(0)
+
+    term.page.goto(f"{term.url}/#session={session}")
+    lineage = term.page.locator("#lineage")
+    term.expect(lineage).to_contain_text("archived")
+    term.expect(term.commands().first.locator("pre.out")).to_have_text("kept\n")
+    term.expect(term.input).to_be_disabled()
+    lineage.get_by_role("button", name="restore").click()
+    term.expect(term.status).to_contain_text("Session restored")
+    term.expect(lineage).not_to_contain_text("archived")
+    term.expect(term.input).to_be_enabled()
+    assert term.run("cat f").locator("pre.out").inner_text() == "kept\n"
+    term.page.goto(term.url + "/#")
+    term.expect(session_item(term, session)).to_have_count(1)
+

@@ -184,8 +184,10 @@ def test_html_escapes_commands_and_output(alice):
         f'data-change="{change}" data-outcome="ok" data-cwd="/"><div class="line">'
         '<span class="prompt">~ $</span> '
         '<span class="text">echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; &amp;&amp; '
-        f'a&amp;b &quot;q&quot;</span><span class="actions"><button type="button" class="fork" '
-        f'data-fork="{cid}">fork from here</button><button type="button" class="replay" '
+        f'a&amp;b &quot;q&quot;</span><span class="actions"><button type="button" class="copy-id" '
+        f'data-copy="{cid}" title="copy the command id">#{cid}</button>'
+        f'<button type="button" class="fork" data-fork="{cid}">fork from here</button>'
+        '<button type="button" class="replay" '
         f'data-replay="{cid}">replay from here</button></span></div>'
         '<pre class="out" data-from="0" data-end="23" data-bytes="23">'
         '&lt;script&gt;x&lt;/script&gt; &amp; y\n'
@@ -208,7 +210,9 @@ def test_submit_command_html_returns_the_pending_fragment(alice):
         f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="pending" '
         f'data-change="{change}" data-outcome="running"><div class="line"><span class="prompt">'
         ' $</span> <span class="text">cat &lt;a &amp; b&gt;</span><span class="actions"><button '
-        f'type="button" class="cancel" data-cancel="{cid}">cancel</button></span></div>'
+        f'type="button" class="copy-id" data-copy="{cid}" title="copy the command id">#{cid}'
+        f'</button><button type="button" class="cancel" data-cancel="{cid}">cancel</button>'
+        '</span></div>'
         '<pre class="out"></pre><div class="meta">waiting to run</div></article>')
 
 

@@ -78,7 +78,7 @@ def test_the_session_list_escapes_names_and_links_lineage_both_ways(db):
     ]
 
 
-def test_a_lineage_names_an_archived_parent_without_linking_it(db):
+def test_an_archived_session_reads_at_its_link_marked_with_a_restore_button(db):
     alice, mallory = new_tenant(db, "alice"), new_tenant(db, "mallory")
     source = alice.session("source")
     cid = alice.submit(source, "true")
@@ -89,19 +89,26 @@ def test_a_lineage_names_an_archived_parent_without_linking_it(db):
         f'{one(alice.conn, "SELECT name FROM shell.sessions WHERE id = %s", (fork,))}</a></span>')
     replay = str(one(alice.conn, "SELECT shell_api.replay_session(%s, %s)", (source, cid)))
     call(alice.conn, "SELECT shell_api.archive_session(%s)", (source,))
+    archived = f'<a href="#session={source}">source</a> <span class="gone">(archived)</span>'
     assert html(alice.conn, "SELECT shell_api.session_lineage_html(%s)", (fork,)) == (
-        f'<span class="origin">fork of <span class="gone">an archived session</span>'
-        f' at command {cid}</span>')
+        f'<span class="origin">fork of {archived} at command {cid}</span>')
     assert html(alice.conn, "SELECT shell_api.session_lineage_html(%s)", (replay,)) == (
-        '<span class="origin">replay of <span class="gone">an archived session</span>'
-        f' · <a href="#replay={replay}">compare</a></span>')
+        f'<span class="origin">replay of {archived} · '
+        f'<a href="#replay={replay}">compare</a></span>')
+    at = one(alice.conn, "SELECT archived_at AT TIME ZONE 'UTC' FROM shell.sessions WHERE id = %s",
+             (source,))
+    assert html(alice.conn, "SELECT shell_api.session_lineage_html(%s)", (source,)).startswith(
+        f'<span class="archived">archived <time datetime="{at:%Y-%m-%dT%H:%M:%SZ}">'
+        f'{at:%Y-%m-%d %H:%M} UTC</time>: read only</span> '
+        f'<button type="button" class="unarchive" data-unarchive="{source}">restore</button>'
+        f' · <span class="children">forks: <a href="#session={fork}">')
     fresh = alice.session("fresh")
     assert html(alice.conn, "SELECT shell_api.session_lineage_html(%s)", (fresh,)) == ""
-    # Archived, another tenant's and made-up sessions: the same answer.
-    for conn, sid in ((alice.conn, source), (mallory.conn, fork)):
+    # Another tenant's (archived or not) and made-up sessions: the same answer.
+    for sid in (source, fork, "00000000-0000-4000-8000-000000000000"):
         with raises_sqlstate("22023", "session not found"):
-            call(conn, "SELECT shell_api.session_lineage_html(%s)", (sid,))
-        conn.rollback()
+            call(mallory.conn, "SELECT shell_api.session_lineage_html(%s)", (sid,))
+        mallory.conn.rollback()
 
 
 def test_the_files_panel_lists_files_and_links_escaped_with_sizes_and_modes(db):
@@ -173,6 +180,7 @@ def test_a_replay_comparison_marks_what_differs_and_counts_what_is_still_to_run(
             '0 of 2 commands gave the same result · 2 still to run</p>') in waiting
     assert '<div id="compare-rows" class="compare-rows" data-running="2">' in waiting
     assert waiting.count('<span class="label">replay</span> pending…</div>') == 2
+    assert waiting.count('<article class="compare-row" data-same="pending">') == 2
     assert "differs" not in waiting
 
     run(db, replayed[0], "same\n")

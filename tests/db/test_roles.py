@@ -30,7 +30,8 @@ TENANT_FUNCTIONS = (
     "session_changes", "session_changes_html", "session_cursor", "submit_command_html",
     "cancel_command", "fork_session", "replay_session", "replay_comparison", "output_timeline",
     "session_files", "read_file", "command_changes", "upload_file", "read_output",
-    "read_output_html", "rename_session", "archive_session", "warm_session", "command_limits",
+    "read_output_html", "rename_session", "archive_session", "unarchive_session", "warm_session",
+    "command_limits",
     "upload_part", "upload_finish", "upload_discard", "read_file_part",
     "send_input", "close_input", "resize_terminal", "command_input",
     "sessions_html", "session_lineage_html", "session_files_html", "replay_comparison_html",
@@ -145,6 +146,7 @@ def api_call(name: str, session: str, command: int,
         "upload_file": ("SELECT shell_api.upload_file(%s, 'f', '\\x00')", (session,)),
         "rename_session": ("SELECT shell_api.rename_session(%s, 'renamed')", (session,)),
         "archive_session": ("SELECT shell_api.archive_session(%s)", (session,)),
+        "unarchive_session": ("SELECT shell_api.unarchive_session(%s)", (session,)),
         "warm_session": ("SELECT shell_api.warm_session(%s)", (session,)),
         "command_limits": ("SELECT shell_api.command_limits()", ()),
         "upload_part": ("SELECT shell_api.upload_part(%s, 0, '\\x00')", (UPLOAD_ID,)),
@@ -300,8 +302,10 @@ def test_owner_submit_command_html_returns_the_pending_fragment(db, world):
     assert html == (f'<article class="cmd" id="cmd-{cid}" data-id="{cid}" data-status="pending" '
                     f'data-change="{change}" data-outcome="running"><div class="line">'
                     '<span class="prompt"> $</span> <span class="text">echo more</span>'
-                    '<span class="actions"><button type="button" class="cancel" '
-                    f'data-cancel="{cid}">cancel</button></span></div><pre class="out"></pre>'
+                    '<span class="actions"><button type="button" class="copy-id" '
+                    f'data-copy="{cid}" title="copy the command id">#{cid}</button>'
+                    f'<button type="button" class="cancel" data-cancel="{cid}">cancel</button>'
+                    '</span></div><pre class="out"></pre>'
                     '<div class="meta">waiting to run</div></article>')
 
 
@@ -326,8 +330,8 @@ ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "sessio
                 "session_changes_html", "session_cursor", "submit_command_html", "cancel_command",
                 "fork_session", "replay_session", "replay_comparison", "output_timeline",
                 "read_output", "read_output_html", "rename_session", "archive_session",
-                "warm_session", "read_file_part", "send_input", "close_input", "resize_terminal",
-                "command_input", "session_lineage_html", "session_files_html",
+                "unarchive_session", "warm_session", "read_file_part", "send_input", "close_input",
+                "resize_terminal", "command_input", "session_lineage_html", "session_files_html",
                 "replay_comparison_html")
 
 

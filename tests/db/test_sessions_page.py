@@ -62,15 +62,34 @@ def test_archive_hides_the_session_frees_the_quota_and_keeps_its_history(db):
     third = alice.session("third")  # the archived session no longer counts
     assert set(listed(alice.conn)) == {other, third}
 
-    # Nothing is deleted: the history reads back; the session takes no
-    # more commands and cannot be archived or renamed again.
+    # Nothing is deleted: the history and the files read back; the session
+    # takes no more commands and cannot be archived or renamed again until
+    # it is restored.
     rows = call(alice.conn, "SELECT * FROM shell_api.latest_output(%s)", (old,))
     assert [(r["command"], r["output"]) for r in rows] == [("echo kept", "kept\n")]
+    assert call(alice.conn, "SELECT * FROM shell_api.session_files(%s)", (old,)) == []
     for sql in ("SELECT shell_api.submit_command(%s, 'ls')", "SELECT shell_api.archive_session(%s)",
-                "SELECT shell_api.rename_session(%s, 'back')"):
-        with raises_sqlstate("22023", "session not found"):
+                "SELECT shell_api.rename_session(%s, 'back')",
+                "SELECT shell_api.replay_session(%s, NULL)"):
+        with raises_sqlstate("PT409", "session is archived"):
             call(alice.conn, sql, (old,))
         alice.conn.rollback()
+    call(alice.conn, "SELECT shell_api.warm_session(%s)", (old,))  # nothing to warm
+    assert one(superuser(db), "SELECT warm_asked_at FROM shell.lanes WHERE session_id = %s",
+               (old,)) is None
+
+    # Restored only within the quota; then it runs commands again.
+    with raises_sqlstate("PT429", "session quota reached (2 sessions)"):
+        call(alice.conn, "SELECT shell_api.unarchive_session(%s)", (old,))
+    alice.conn.rollback()
+    call(alice.conn, "SELECT shell_api.archive_session(%s)", (third,))
+    with raises_sqlstate("22023", "session not found"):
+        call(mallory.conn, "SELECT shell_api.unarchive_session(%s)", (old,))
+    mallory.conn.rollback()
+    call(alice.conn, "SELECT shell_api.unarchive_session(%s)", (old,))
+    call(alice.conn, "SELECT shell_api.unarchive_session(%s)", (old,))  # again: nothing to do
+    assert set(listed(alice.conn)) == {other, old}
+    alice.submit(old, "echo back")
 
 
 def test_a_session_with_unfinished_commands_is_not_archived(db):
