@@ -2,6 +2,10 @@
 (headless Chromium, the real gateway and executor daemon, real Docker) and
 time until its output is painted; in the same run, the executor's end-to-end
 time for the same command from the database (completed_at - submitted_at).
+By turns, the command is typed back to back (at once after the previous
+one's output) and after a pause: the next command must not wait for the
+container the previous one's completion has just started (target: back to
+back within 1.5x of paused).
 
 The UI path adds the HTTP submit, the gateway's long-poll wake-up and the DOM
 update to what the executor does; the target is UI <= executor end-to-end +
@@ -50,6 +54,7 @@ from executor.db.connection import Connection, connect, query
 from tests.browser.stack import PASSWORD, Terminal, chromium_path, launch_chromium
 
 TARGET_OVERHEAD_MS = 150
+TARGET_BACK_TO_BACK = 1.5  # Enter -> output typed back to back, over typed after a pause
 COMMAND = "echo hi"
 
 # Installed before each Enter: a keydown listener takes t0 (the real key
@@ -88,9 +93,16 @@ REPORT = Report("ui")
 log, emit = REPORT.log, REPORT.emit
 
 
-def measure(term: Terminal, conn: Connection, runs: int, warmup: int) -> list[dict[str, float]]:
-    samples = []
-    for i in range(warmup + runs):
+def measure(term: Terminal, conn: Connection, runs: int, warmup: int,
+            pause_s: float) -> dict[str, list[dict[str, float]]]:
+    """Enter on COMMAND, by turns typed back to back (at once after the
+    previous command's output was painted) and after a pause of ``pause_s``:
+    each mode's samples."""
+    samples: dict[str, list[dict[str, float]]] = {"back_to_back": [], "paused": []}
+    for i in range(warmup + 2 * runs):
+        mode = "paused" if i % 2 else "back_to_back"
+        if mode == "paused":
+            time.sleep(pause_s)
         term.page.evaluate(ARM, ["hi\n"])
         term.input.fill(COMMAND)
         term.input.press("Enter")
@@ -104,10 +116,11 @@ def measure(term: Terminal, conn: Connection, runs: int, warmup: int) -> list[di
         if row["status"] != "done":
             raise SystemExit(f"bench.ui: command {seen['id']} ended {row['status']}")
         if i >= warmup:
-            samples.append({"output_ms": seen["output"], "done_ms": seen["done"],
-                            "e2e_ms": float(row["e2e_ms"])})
-        log(f"run {i + 1 - warmup if i >= warmup else 'warm-up'}: output {seen['output']:.0f} ms, "
-            f"done {seen['done']:.0f} ms, executor end-to-end {float(row['e2e_ms']):.0f} ms")
+            samples[mode].append({"output_ms": seen["output"], "done_ms": seen["done"],
+                                  "e2e_ms": float(row["e2e_ms"])})
+        log(f"run {i + 1 - warmup if i >= warmup else 'warm-up'} ({mode}): output "
+            f"{seen['output']:.0f} ms, done {seen['done']:.0f} ms, executor end-to-end "
+            f"{float(row['e2e_ms']):.0f} ms")
     return samples
 
 
@@ -161,8 +174,8 @@ def reopen_time(term: Terminal, runs: int) -> None:
           "within_target": quantile(times, 0.5) <= TARGET_REOPEN_MS})
 
 
-def report(samples: list[dict[str, float]], runs: int) -> None:
-    common: dict[str, Any] = {"runs": runs, "command": COMMAND}
+def report(samples: list[dict[str, float]], runs: int, mode: str) -> None:
+    common: dict[str, Any] = {"runs": runs, "command": COMMAND, "typed": mode}
     for key, metric in (("output_ms", "enter_to_output_visible"),
                         ("done_ms", "enter_to_done_visible"), ("e2e_ms", "executor_end_to_end")):
         values = [s[key] for s in samples]
@@ -178,6 +191,17 @@ def report(samples: list[dict[str, float]], runs: int) -> None:
                   "mean": round(statistics.fmean(diffs), 1), **common})
 
 
+def report_back_to_back(samples: dict[str, list[dict[str, float]]], pause_s: float) -> None:
+    """Enter -> output p50 typed back to back over typed after a pause."""
+    b2b, paused = (quantile([s["output_ms"] for s in samples[m]], 0.5)
+                   for m in ("back_to_back", "paused"))
+    ratio = b2b / paused
+    emit({"metric": "back_to_back_over_paused", "value": round(ratio, 2), "unit": "ratio",
+          "back_to_back_p50_ms": round(b2b, 1), "paused_p50_ms": round(paused, 1),
+          "pause_s": pause_s, "target_max": TARGET_BACK_TO_BACK,
+          "within_target": ratio <= TARGET_BACK_TO_BACK})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ui",
                                      description=(__doc__ or "").split("\n\n")[0])
@@ -185,6 +209,8 @@ def main() -> int:
     add_image_option(parser)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--pause-s", type=float, default=3.0,
+                        help="the pause before a command typed after one (default 3 s)")
     args = parser.parse_args()
     admin_dsn = require_dsn(parser, args)
     if chromium_path() is None:
@@ -207,14 +233,16 @@ def main() -> int:
                     term = Terminal(browser.new_page(), gateway.url)
                     term.login("bench")
                     term.new_session("bench")
-                    samples = measure(term, conn, args.runs, args.warmup)
+                    samples = measure(term, conn, args.runs, args.warmup, args.pause_s)
                     streaming_bytes(term)
                     term.page.click(".brand")
                     term.new_session("reopen")
                     reopen_time(term, 5)
                 finally:
                     browser.close()
-            report(samples, args.runs)
+            for mode, taken in samples.items():
+                report(taken, args.runs, mode)
+            report_back_to_back(samples, args.pause_s)
             conn.close()
     return 0
 

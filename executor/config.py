@@ -147,9 +147,13 @@ class Settings(BaseSettings):
         description="warm containers (started ahead for recently active sessions, each used "
                     "once) this executor holds at most; default 2 x concurrency, 0 turns them off")
     warm_per_user: int = Field(
-        default=2, ge=1, le=4096,
+        default=4, ge=1, le=4096,
         description="warm containers this executor holds at most for the sessions of one user "
                     "(the rest of the pool stays for other tenants)")
+    warm_per_session: int = Field(
+        default=2, ge=1, le=16,
+        description="warm containers one session holds at most: with 2, a command typed right "
+                    "after the previous one's output finds one ready")
     warm_idle_s: float = Field(
         default=60, gt=0, le=3600,
         description="how long a warm container waits for its session's next command before "

@@ -69,6 +69,7 @@ GRANT EXECUTE ON FUNCTION
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
+    shell.readable_session(uuid),
     shell.command_not_found(),
     shell.check_page(bigint, integer),
     shell.output_of(shell.commands),

@@ -102,7 +102,8 @@ class Worker:
                 "or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
         self._warm = WarmPool(self._sandbox, self.worker_id, self.settings.effective_warm_max(),
-                              self.settings.warm_idle_s, self.settings.warm_per_user)
+                              self.settings.warm_idle_s, self.settings.warm_per_user,
+                              self.settings.warm_per_session)
         self._copies = ArchivedCopies(self._sandbox, self._warm)
         self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
                                  self._files, images, self._warm, self._stop, self._remove_later,

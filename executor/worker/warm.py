@@ -1,9 +1,15 @@
 """Warm starts (DESIGN.md §10): after a session's command completes here,
-its next container is created and started ahead of time, so the next
+its next containers are created and started ahead of time, so the next
 command is handed over stdin instead of waiting for a container start. A
 warm container runs one command at most and is never reused; the pool is
 bounded in number and idle time, and what it removes unused is counted as
 wasted, by reason.
+
+A session holds up to ``per_session`` of them, one started after the other
+(their home is the session's one volume, so each sees the files as they
+are when it is handed a command). With two, a command typed right after
+the previous one's output finds a container ready: the one taken before
+was replaced from the moment it was taken, not once its command ended.
 
 The pool is shared by every tenant, so one user's sessions hold at most
 ``per_user`` of its places: a tenant running commands in many sessions
@@ -31,17 +37,18 @@ TAKE_WAIT_S = 10.0
 
 class WarmPool:
     def __init__(self, sandbox: Sandbox, worker_id: str, max_count: int, idle_s: float,
-                 per_user: int | None = None) -> None:
+                 per_user: int | None = None, per_session: int = 1) -> None:
         self._sandbox = sandbox
         self._worker_id = worker_id
         self._max = max_count
         self._per_user = max_count if per_user is None else per_user
+        self._per_session = per_session
         self._idle_s = idle_s
         # The user of each session queued, starting or held (None: not known
         # yet, an adoption before its claim), and whether its files are in
         # the database (only then may its host copy be evicted).
         self._users: dict[str, tuple[str | None, bool]] = {}
-        self._held: dict[str, Started] = {}  # by session id
+        self._held: dict[str, list[Started]] = {}  # by session id, oldest first
         self._queued: set[str] = set()  # reserved, waiting for the starter
         # Being started now; the event is set once the start has ended (its
         # container held, or none).
@@ -56,13 +63,17 @@ class WarmPool:
 
     def count(self) -> int:
         with self._lock:
-            return len(self._held)
+            return self._held_count()
+
+    def _held_count(self) -> int:
+        return sum(len(started) for started in self._held.values())
 
     def prepare(self, session_id: str, image: str, user_id: str | None = None,
                 stored: bool = False) -> None:
-        """Starts the session's next container in the background, unless
-        one is held or starting, or the pool (or the user's part) is full.
-        ``stored``: the session's files are in the database."""
+        """Starts the session's next container in the background, unless it
+        holds its part already or one is starting, or the pool (or the
+        user's part) is full; once it is held, the next, up to
+        ``per_session``. ``stored``: the session's files are in the database."""
         if self._reserve(session_id, user_id, stored):
             self._starter.submit(self._start, session_id, image)
 
@@ -71,12 +82,12 @@ class WarmPool:
         host claiming prefers for it, or becomes it (``claim``, which names
         the session's user then), the session's next container starts now,
         before its command exists."""
-        if self._reserve(session_id, None, True):
-            self._starter.submit(self._start, session_id, image, claim)
-        elif self._has(session_id):
+        if self._has(session_id):
             # Its container is here already: take the request all the same,
             # so that no other executor of this host starts a second one.
             self._starter.submit(self._take_request, session_id, claim)
+        elif self._reserve(session_id, None, True):
+            self._starter.submit(self._start, session_id, image, claim)
 
     def _has(self, session_id: str) -> bool:
         with self._lock:
@@ -85,20 +96,25 @@ class WarmPool:
 
     def _reserve(self, session_id: str, user_id: str | None, stored: bool) -> bool:
         with self._lock:
-            busy = len(self._held) + len(self._queued) + len(self._starting)
-            if (self._closed or session_id in self._held or session_id in self._queued
-                    or session_id in self._starting or busy >= self._max
-                    or not self._room_for(user_id)):
+            busy = self._held_count() + len(self._queued) + len(self._starting)
+            if user_id is None:  # a start that follows one: the session's user as known
+                user_id, stored = self._users.get(session_id, (None, stored))
+            if (self._closed or session_id in self._queued or session_id in self._starting
+                    or len(self._held.get(session_id, ())) >= self._per_session
+                    or busy >= self._max or not self._room_for(user_id)):
                 return False
             self._queued.add(session_id)
             self._users[session_id] = (user_id, stored)
             return True
 
     def _room_for(self, user_id: str | None) -> bool:
-        """Under the lock: whether the user's sessions hold fewer than their part."""
+        """Under the lock: whether the user's sessions hold fewer containers
+        (held, queued or starting) than their part."""
         if user_id is None:
             return True
-        mine = sum(1 for user, _ in self._users.values() if user == user_id)
+        mine = sum(len(self._held.get(session, ())) + (session in self._queued)
+                   + (session in self._starting)
+                   for session, (user, _) in self._users.items() if user == user_id)
         return mine < self._per_user
 
     def _start(self, session_id: str, image: str,
@@ -113,6 +129,8 @@ class WarmPool:
             started = self._warm(session_id, image, user_id if stored else None)
         finally:
             self._end(session_id, started)
+        if started is not None:  # the next one, if the session's part is not full
+            self.prepare(session_id, image)
 
     @staticmethod
     def _take_request(session_id: str, claim: Callable[[str], str | None]) -> None:
@@ -147,7 +165,7 @@ class WarmPool:
                 return False
             self._queued.discard(session_id)
             if self._closed:
-                self._users.pop(session_id, None)
+                self._forget_if_idle(session_id)
                 return False
             self._starting[session_id] = threading.Event()
             return True
@@ -168,30 +186,35 @@ class WarmPool:
     def _end(self, session_id: str, started: Started | None) -> None:
         with self._lock:
             done = self._starting.pop(session_id)
-            keep = not self._closed and session_id not in self._held
+            keep = not self._closed
             if started is not None and keep:
-                self._held[session_id] = started
-            elif session_id not in self._held:
-                self._users.pop(session_id, None)
+                self._held.setdefault(session_id, []).append(started)
+            self._forget_if_idle(session_id)
         done.set()  # after it is held: a command waiting for it takes it now
         if started is not None and not keep:
             self._waste(started, "shutdown")
 
     def take(self, session_id: str, image: str) -> Started | None:
         """The session's warm container for a command on ``image``, if one
-        is held and still waits, or is being started now (waiting for it
+        is held and still waits, or, when none is, is being started now (it
+        began before a start of the command's own could, and waiting for it
         costs less than a second start beside it on the engine); it leaves
-        the pool (used once). One still queued is not started."""
+        the pool (used once). One still queued is not started: the command
+        starts its own at once."""
         with self._lock:
             started = self._hand_out(session_id)
-            if session_id in self._queued:
+            if started is None and session_id in self._queued:
                 self._queued.discard(session_id)
-                self._users.pop(session_id, None)
+                self._forget_if_idle(session_id)
             starting = self._starting.get(session_id)
         if started is None and starting is not None:
             starting.wait(TAKE_WAIT_S)
             with self._lock:
                 started = self._hand_out(session_id)
+        if started is not None:  # its place is filled from now, not once the command ended
+            self.prepare(session_id, image)
+            with self._lock:
+                self._forget_if_idle(session_id)
         if started is None:
             metrics.WARM_MISSES.labels("none").inc()
             return None
@@ -206,13 +229,24 @@ class WarmPool:
         metrics.WARM_HITS.inc()
         return started
 
-    def _hand_out(self, session_id: str) -> Started | None:
-        """Under the lock: from held to in use in one step, so reaping never
-        sees a taken container in neither."""
-        started = self._held.pop(session_id, None)
-        if started is not None:
-            self._in_use.add(started.container_id)
+    def _forget_if_idle(self, session_id: str) -> None:
+        """Under the lock: a session with nothing held, queued or starting
+        leaves the users' accounts."""
+        if (session_id not in self._held and session_id not in self._queued
+                and session_id not in self._starting):
             self._users.pop(session_id, None)
+
+    def _hand_out(self, session_id: str) -> Started | None:
+        """Under the lock: the session's oldest, from held to in use in one
+        step, so reaping never sees a taken container in neither. The
+        session's user stays known (prepare() fills its place)."""
+        held = self._held.get(session_id)
+        if not held:
+            return None
+        started = held.pop(0)
+        self._in_use.add(started.container_id)
+        if not held:
+            del self._held[session_id]
         return started
 
     def finished(self, started: Started) -> None:
@@ -241,7 +275,7 @@ class WarmPool:
         with self._lock:
             if self._starting:  # one being started is not held yet: next round
                 return []
-            keep = {started.container_id for started in self._held.values()} | self._in_use
+            keep = {s.container_id for held in self._held.values() for s in held} | self._in_use
         return self._sandbox.reap_warm(self._worker_id, keep, 2 * self._idle_s + 60, ended)
 
     def close(self) -> None:
@@ -253,10 +287,13 @@ class WarmPool:
 
     def _drop(self, which: Callable[[Started], bool], reason: str) -> None:
         with self._lock:
-            dropped = [s for s in self._held.values() if which(s)]
+            dropped = [s for held in self._held.values() for s in held if which(s)]
             for started in dropped:
-                del self._held[started.session_id]
-                self._users.pop(started.session_id, None)
+                held = self._held[started.session_id]
+                held.remove(started)
+                if not held:
+                    del self._held[started.session_id]
+                    self._forget_if_idle(started.session_id)
         for started in dropped:
             self._waste(started, reason)
 

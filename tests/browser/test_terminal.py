@@ -22,8 +22,12 @@ def test_signs_in_runs_a_pipeline_and_keeps_the_session_on_reload(
     term.page.on("console", lambda m: csp_errors.append(m.text)
                  if "Content Security Policy" in m.text else None)
     session_id = term.new_session("first")
+    about = term.page.locator(".sandbox-about")  # what the sandbox is, until a command ran
+    term.expect(about).to_be_visible()
+    term.expect(about).to_contain_text("no network")
 
     article = term.run("echo hello | tr a-z A-Z")
+    term.expect(about).to_be_hidden()
 
     term.expect(article.locator("pre.out")).to_have_text("HELLO\n")
     term.expect(article).to_have_attribute("data-status", "done")

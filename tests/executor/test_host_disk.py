@@ -26,7 +26,7 @@ from tests.support import connect_as, one, wait_for
 
 MiB = 1024 * 1024
 PER_USER = 8  # PG_SHELL_VOLUMES_PER_USER's default
-WARM_PER_USER = 2  # PG_SHELL_WARM_PER_USER's default
+WARM_PER_USER = 4  # PG_SHELL_WARM_PER_USER's default
 LIVENESS = 60  # seconds: only proves that something did not hang
 
 
@@ -201,4 +201,4 @@ def test_one_tenant_cannot_hold_the_warm_pool(
     assert max(seen) == WARM_PER_USER, seen
     bob = make_shell("bob")
     assert bob.run("true")["status"] == "done"
-    wait_for("bob's warm container", lambda: warm_of([bob.session_id]) == 1)
+    wait_for("bob's warm container", lambda: warm_of([bob.session_id]) >= 1)

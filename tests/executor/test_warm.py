@@ -50,7 +50,10 @@ def warm_one(docker_client: Any, daemon: Daemon, shell: Shell, held: int = 1) ->
 
 
 def with_metrics(make_daemon: Callable[..., Daemon], **overrides: str) -> Daemon:
-    return make_daemon(PG_SHELL_METRICS_PORT=str(free_port()), **overrides).start()
+    """A daemon whose sessions hold one warm container each (unless
+    overridden), so that each test can name the one its command takes."""
+    settings = {"PG_SHELL_WARM_PER_SESSION": "1", **overrides}
+    return make_daemon(PG_SHELL_METRICS_PORT=str(free_port()), **settings).start()
 
 
 def test_the_next_command_of_a_session_runs_in_the_container_started_for_it(
@@ -69,6 +72,22 @@ def test_the_next_command_of_a_session_runs_in_the_container_started_for_it(
     third = shell.run("true")
     assert container_of(shell, third["id"]) == new_warm.id != warm.id
     assert metric(daemon, "pg_shell_warm_hits_total") == 2
+
+
+def test_commands_typed_back_to_back_each_find_a_container_started_before_them(
+        make_daemon: Callable[..., Daemon], shell: Shell, docker_client: Any) -> None:
+    daemon = with_metrics(make_daemon, PG_SHELL_WARM_PER_SESSION="2")
+    assert shell.run("true")["status"] == "done"
+    wait_for("the session's two warm containers",
+             lambda: metric(daemon, "pg_shell_warm_containers") == 2)
+    ready = {c.id for c in warm_containers(docker_client, daemon, shell.session_id)}
+    # Each submitted the moment the one before it ended: no pause for a start.
+    first = shell.run("echo one")
+    second = shell.run("echo two")
+    assert (first["output"], second["output"]) == ("one\n", "two\n")
+    assert {container_of(shell, first["id"]), container_of(shell, second["id"])} == ready
+    assert metric(daemon, "pg_shell_warm_hits_total") == 2
+    wait_for("both places filled again", lambda: metric(daemon, "pg_shell_warm_containers") == 2)
 
 
 def test_the_time_limit_starts_when_the_command_is_handed_over(

@@ -1,6 +1,7 @@
 """The warm pool against the real engine, when a command comes for a session
 whose warm start has not finished: one being started is waited for and
-used (no second container beside it), one still queued is never made.
+used (no second container beside it), one still queued is never made; a
+session holds up to its part, and a taken one is replaced at once.
 
 The sandbox here holds each warm start at its beginning until the test lets
 it go, so the command provably arrives while the start is in progress; the
@@ -91,9 +92,14 @@ def test_a_command_that_comes_while_its_warm_start_runs_waits_for_it_and_runs_in
     pool.finished(started)
     assert (result.exit_code, "".join(output)) == (0, f"ran\n{SHELL_ROOT}\n")
     assert result.container_id == started.container_id
-    # Used once and never kept: the pool holds nothing for the session.
-    assert pool.count() == 0 and pool.take(session_id, image) is None
     held.remove_container(result.container_id)
+    # Used once and never kept: its place was filled from the moment it was
+    # taken, by another container.
+    again = pool.take(session_id, image)
+    assert again is not None and again.container_id != started.container_id
+    pool.finished(again)
+    held.discard(again)
+    pool.close()
     assert containers_of(docker_client, session_id) == []
 
 
@@ -111,3 +117,41 @@ def test_a_warm_start_still_queued_when_its_command_comes_is_never_made(
     wait_for("the starts after it", lambda: pool.count() == 2)
     assert containers_of(docker_client, queued) == []
     assert len(containers_of(docker_client, busy)) == len(containers_of(docker_client, after)) == 1
+
+
+def test_a_session_holds_two_and_a_taken_one_is_replaced_at_once(
+        held: HeldStarts, image: str, session_id: str,
+        docker_client: docker.DockerClient) -> None:
+    pool = WarmPool(held, PREFIX, max_count=4, idle_s=300, per_session=2)
+    try:
+        pool.prepare(session_id, image)
+        wait_for("the session's two warm containers", lambda: pool.count() == 2, HANG)
+        first = pool.take(session_id, image)
+        # Typed right after: the second is ready now, and the first's place
+        # is being filled while its command would run.
+        second = pool.take(session_id, image)
+        assert first is not None and second is not None
+        assert first.container_id != second.container_id
+        wait_for("both places filled again", lambda: pool.count() == 2, HANG)
+        assert len(containers_of(docker_client, session_id)) == 4
+        for started in (first, second):
+            pool.finished(started)
+            held.discard(started)
+    finally:
+        pool.close()
+    assert containers_of(docker_client, session_id) == []
+
+
+def test_a_user_part_counts_containers_not_sessions(
+        held: HeldStarts, image: str, docker_client: docker.DockerClient) -> None:
+    pool = WarmPool(held, PREFIX, max_count=8, idle_s=300, per_user=3, per_session=2)
+    sessions = [f"{PREFIX}-part-{n}" for n in range(3)]
+    try:
+        for session in sessions:
+            pool.prepare(session, image, user_id="alice")
+        wait_for("alice's part held", lambda: pool.count() == 3, HANG)
+        pool.prepare(f"{PREFIX}-part-bob", image, user_id="bob")
+        wait_for("bob's next to it", lambda: pool.count() == 5, HANG)
+        assert sum(len(containers_of(docker_client, s)) for s in sessions) == 3
+    finally:
+        pool.close()
