@@ -37,7 +37,8 @@ export const terminal = {
     screen.reset();
     forgetChanges();
     $("#session-id").value = id;
-    $("#scrollback").replaceChildren();
+    // Until its first command, an empty session says what the sandbox is.
+    $("#scrollback").replaceChildren($("#sandbox-about").content.firstElementChild.cloneNode(true));
     $("#where").textContent = id;
     $("#prompt-cwd").textContent = "";
     fitInput();

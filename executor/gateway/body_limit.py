@@ -57,7 +57,7 @@ class BodyLimit:
 
         try:
             await self.app(scope, counted_receive, tracked_send)
-        except* BodyTooLarge:  # grouped when it crossed a task group (BaseHTTPMiddleware)
+        except* BodyTooLarge:  # grouped when it crossed a task group (anyio, a streamed answer)
             if not started:
                 await _refuse(send, 413, "PT413", _too_large(limit))
 
