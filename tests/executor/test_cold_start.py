@@ -27,7 +27,8 @@ def containers_created(docker_client: Any, session_id: str,
 def test_the_first_command_of_a_new_session_starts_no_container_but_its_own(
         make_daemon: Callable[..., Daemon], make_shell: Callable[[str], Shell],
         docker_client: Any) -> None:
-    daemon = make_daemon().start()
+    # One warm container per session: the one started ahead is then the only other.
+    daemon = make_daemon(PG_SHELL_WARM_PER_SESSION="1").start()
     since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
     shell = make_shell("alice")  # announced: the daemon may start its container now
     row = shell.run("pwd; ls -A; echo kept > f")  # submitted at once, as a client would
