@@ -54,6 +54,11 @@ class WarmPool:
         # container held, or none).
         self._starting: dict[str, threading.Event] = {}
         self._in_use: set[str] = set()  # ids of taken containers whose command still runs
+        # Archived sessions, and when: a start under way for one ends in its
+        # container going, and none follows it, until a command of the
+        # session is taken here again (it was unarchived) or the idle time
+        # has passed.
+        self._retired: dict[str, float] = {}
         self._lock = threading.Lock()
         self._closed = False
         # One starter: warm starts must not compete with claimed commands'
@@ -99,7 +104,8 @@ class WarmPool:
             busy = self._held_count() + len(self._queued) + len(self._starting)
             if user_id is None:  # a start that follows one: the session's user as known
                 user_id, stored = self._users.get(session_id, (None, stored))
-            if (self._closed or session_id in self._queued or session_id in self._starting
+            if (self._closed or session_id in self._retired
+                    or session_id in self._queued or session_id in self._starting
                     or len(self._held.get(session_id, ())) >= self._per_session
                     or busy >= self._max or not self._room_for(user_id)):
                 return False
@@ -186,13 +192,14 @@ class WarmPool:
     def _end(self, session_id: str, started: Started | None) -> None:
         with self._lock:
             done = self._starting.pop(session_id)
-            keep = not self._closed
-            if started is not None and keep:
+            unwanted = ("shutdown" if self._closed
+                        else "archived" if session_id in self._retired else "")
+            if started is not None and not unwanted:
                 self._held.setdefault(session_id, []).append(started)
             self._forget_if_idle(session_id)
-        done.set()  # after it is held: a command waiting for it takes it now
-        if started is not None and not keep:
-            self._waste(started, "shutdown")
+        if started is not None and unwanted:
+            self._waste(started, unwanted)
+        done.set()  # after it is held (or gone): a command waiting for it takes it now
 
     def take(self, session_id: str, image: str) -> Started | None:
         """The session's warm container for a command on ``image``, if one
@@ -202,6 +209,7 @@ class WarmPool:
         the pool (used once). One still queued is not started: the command
         starts its own at once."""
         with self._lock:
+            self._retired.pop(session_id, None)  # it runs a command: not archived
             started = self._hand_out(session_id)
             if started is None and session_id in self._queued:
                 self._queued.discard(session_id)
@@ -259,9 +267,20 @@ class WarmPool:
         """Removes the containers that waited longer than the idle time."""
         cutoff = time.monotonic() - self._idle_s
         self._drop(lambda started: started.at < cutoff, "idle")
+        with self._lock:
+            self._retired = {s: at for s, at in self._retired.items() if at >= cutoff}
 
     def drop_session(self, session_id: str) -> None:
-        """The session runs nothing more (archived): its container goes."""
+        """The session runs nothing more (archived): its containers go, the
+        one being started too (waited for, so that its volume is free when
+        this returns), and no other starts."""
+        with self._lock:
+            self._retired[session_id] = time.monotonic()
+            self._queued.discard(session_id)
+            self._forget_if_idle(session_id)
+            starting = self._starting.get(session_id)
+        if starting is not None:
+            starting.wait(TAKE_WAIT_S)
         self._drop(lambda started: started.session_id == session_id, "archived")
 
     def keep_only(self, image: str) -> None:

@@ -155,3 +155,32 @@ def test_a_user_part_counts_containers_not_sessions(
         assert sum(len(containers_of(docker_client, s)) for s in sessions) == 3
     finally:
         pool.close()
+
+
+def test_archiving_a_session_while_its_warm_start_runs_leaves_no_container_and_starts_none(
+        held: HeldStarts, image: str, session_id: str,
+        docker_client: docker.DockerClient) -> None:
+    pool = WarmPool(held, PREFIX, max_count=4, idle_s=300, per_session=2)
+    try:
+        held.hold(session_id)
+        pool.prepare(session_id, image)
+        assert held.entered[session_id].wait(HANG)
+        dropping = threading.Thread(target=pool.drop_session, args=(session_id,))
+        dropping.start()
+        dropping.join(0.5)
+        assert dropping.is_alive()  # it waits for the start under way ...
+        held.go[session_id].set()
+        dropping.join(HANG)
+        # ... whose container goes at once, and none follows it (with two
+        # per session, one would), so the session's volume is free now.
+        assert containers_of(docker_client, session_id) == []
+        pool.prepare(session_id, image)  # a late completion's request
+        assert pool.count() == 0 and containers_of(docker_client, session_id) == []
+        # Unarchived, its command is taken here again, and its completion
+        # asks for its next containers: they start.
+        assert pool.take(session_id, image) is None
+        pool.prepare(session_id, image)
+        wait_for("its warm containers again", lambda: pool.count() == 2, HANG)
+    finally:
+        pool.close()
+    assert containers_of(docker_client, session_id) == []
