@@ -29,6 +29,9 @@ def test_exit_codes_are_recorded(daemon, shell):
     assert shell.run("false")["exit_code"] == 1
     row = shell.run("cd /tmp; exit 7")
     assert (row["status"], row["exit_code"], row["cwd_after"]) == ("done", 7, "/home/sandbox")
+    # Ending outside the home fails a command that would have succeeded.
+    assert shell.run("cd /tmp")["exit_code"] == 1
+    assert shell.run("cd /tmp; cd ~")["exit_code"] == 0
 
 
 def test_commands_of_a_session_run_in_order_while_sessions_run_concurrently(daemon, make_shell):

@@ -6,6 +6,8 @@ import json
 import os
 import socket
 
+import pytest
+
 from executor.sandbox.hardening import seccomp_profile
 from tests.sandbox.conftest import NoFiles
 
@@ -72,11 +74,58 @@ def test_executor_environment_is_not_visible(run, monkeypatch) -> None:
     assert "DATABASE_URL" not in ran.output
 
 
+def left_home(where: str, starts_in: str = "~") -> str:
+    """The line a command ending outside the home prints last, on its stderr."""
+    return (f"pg-shell: cd: {where}: outside the session's home; the next command starts in "
+            f"{starts_in} (only the home is kept)\n")
+
+
 def test_cwd_escape_through_a_symlink_is_rejected(run) -> None:
     ran = run("ln -sfn / up && cd up && pwd -P")
-    assert ran.output == "/\n"
+    assert ran.output == "/\n" + left_home("/")  # the physical directory: pwd -P
+    assert ran.result.exit_code == 1
     assert ran.result.cwd == ROOT
     assert ran.result.state_note is not None and "outside" in ran.result.state_note
+
+
+@pytest.mark.parametrize("where", ["/", "/tmp", "/home"])
+def test_ending_outside_the_home_fails_and_says_where_the_next_command_starts(run, where) -> None:
+    assert run("mkdir -p sub").result.exit_code == 0
+    ran = run(f"cd {where}", cwd=f"{ROOT}/sub")
+    assert ran.output == left_home(where, "~/sub")
+    assert ran.result.exit_code == 1
+    # The executor's own check still keeps the previous cwd.
+    assert ran.result.cwd == f"{ROOT}/sub"
+    assert ran.result.state_note is not None and "outside" in ran.result.state_note
+
+
+@pytest.mark.parametrize(("command", "code"), [("cd /tmp; false", 1), ("cd /; exit 3", 3),
+                                                ("cd /; (exit 0)", 1)])
+def test_a_failing_command_ending_outside_the_home_keeps_its_own_status(run, command,
+                                                                         code) -> None:
+    ran = run(command)
+    assert ran.output == left_home(command[3:command.index(";")])
+    assert ran.result.exit_code == code
+
+
+@pytest.mark.parametrize("command", ["cd /; mkdir -p ~/x; cd ~/x",
+                                     "cd /tmp && ls >/dev/null && cd ~"])
+def test_only_the_final_directory_counts(run, command) -> None:
+    ran = run(command)
+    assert ran.output == ""
+    assert ran.result.exit_code == 0
+    assert ran.result.state_note is None
+
+
+def test_the_line_goes_where_the_commands_stderr_went_and_never_costs_the_report(run) -> None:
+    # To a file; to a reader the end of the command kills (the write fails
+    # instead of ending the shell); to nowhere (closed, even in posix mode).
+    for command in ("exec 2>err; cd /", "exec 2> >(cat >/dev/null); cd /",
+                    "set -o posix; exec 2>&-; cd /"):
+        ran = run(f"export KEPT=1; {command}")
+        assert (ran.output, ran.result.exit_code) == ("", 1), command
+        assert ran.result.env.get("KEPT") == "1", command  # the state report arrived
+    assert run("cat err").output == left_home("/")
 
 
 def test_forged_state_report_is_still_validated(run) -> None:

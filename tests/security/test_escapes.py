@@ -452,10 +452,17 @@ def test_cd_out_of_the_root_is_never_saved(daemon, shell):
         row = shell.run(f"{attack} && pwd -P")
         assert row["status"] == "done" and row["output"].startswith(f"{where}\n"), (attack, row)
         if where.startswith(ROOT):
-            continue  # /proc/self/cwd resolves back inside: allowed
+            assert row["exit_code"] == 0  # /proc/self/cwd resolves back inside: allowed
+            continue
+        # The shell answers the user (a failure, with the reason); the
+        # executor's own check keeps the previous cwd regardless.
+        assert row["exit_code"] == 1, (attack, row)
         assert row["cwd_after"] == f"{ROOT}/sub", (attack, row)
-        assert row["output"] == (f"{where}\n\n[pg-shell: cwd {where!r} is outside {ROOT}; "
-                                 "keeping the previous one]\n"), (attack, row)
+        assert row["output"] == (
+            f"{where}\npg-shell: cd: {where}: outside the session's home; the next command starts"
+            " in ~/sub (only the home is kept)\n"
+            f"\n[pg-shell: cwd {where!r} is outside {ROOT}; keeping the previous one]\n"), (
+                attack, row)
         assert shell.run("pwd")["output"] == f"{ROOT}/sub\n"
 
 
