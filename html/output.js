@@ -6,6 +6,9 @@
 // what was appended since the cursor: a piece that starts where the page's
 // copy ends is appended, so the text and any selection in it stay as they
 // are. Otherwise (a cut preview, a gap) the rest is read with read_output_html.
+// As in a terminal, a piece may change what is shown already: one with
+// data-line brings the copy's last line again (a carriage return in it
+// overwrote that line), one with data-clear cleared the screen.
 import { $, fail, rpc } from "./api.js";
 import { ACTIVE } from "./command-status.js";
 
@@ -29,8 +32,7 @@ export function appendOutput(out, piece) {
   out.dataset.bytes = String(Math.max(Number(out.dataset.bytes), Number(piece.dataset.bytes)));
   if (from === end && !out.dataset.filling) {
     const added = piece.textContent;
-    out.append(...piece.childNodes);
-    out.dataset.end = piece.dataset.end;
+    join(out, piece);
     return added;
   }
   if (from === 0 && Number(piece.dataset.end) >= end && !out.dataset.filling) {
@@ -38,6 +40,27 @@ export function appendOutput(out, piece) {
     out.dataset.end = piece.dataset.end;
   }
   return "";
+}
+
+// Puts ``piece``, which starts where ``out`` ends, after it.
+function join(out, piece) {
+  if (piece.hasAttribute("data-clear")) out.replaceChildren();
+  else if (piece.hasAttribute("data-line")) dropLastLine(out);
+  out.append(...piece.childNodes);
+  out.dataset.end = piece.dataset.end;
+}
+
+// Removes what ``out`` shows after its last newline. Its children are text
+// and one-level <span>s of it, so the line is found from the end.
+function dropLastLine(out) {
+  for (let node = out.lastChild; node; node = out.lastChild) {
+    const text = node.textContent;
+    const at = text.lastIndexOf("\n");
+    if (at < 0) { node.remove(); continue; }
+    const kept = text.slice(0, at + 1);
+    if (node.nodeType === Node.TEXT_NODE) node.data = kept; else node.textContent = kept;
+    return;
+  }
 }
 
 export function outputText(article) {
@@ -100,8 +123,7 @@ export async function fill(article) {
       template.innerHTML = html;
       const page = template.content.querySelector("pre.out");
       if (!page || Number(page.dataset.end) <= Number(out.dataset.end)) break;
-      out.append(...page.childNodes);
-      out.dataset.end = page.dataset.end;
+      join(out, page);
       out.dataset.bytes = String(Math.max(Number(page.dataset.bytes), Number(out.dataset.bytes)));
     }
   } catch (error) {
