@@ -93,6 +93,7 @@ GRANT EXECUTE ON FUNCTION
     shell.ansi_unfinished(text),
     shell.ansi_clears(text, text),
     shell.ansi_open_line(text),
+    shell.pre_text(text),
     shell.ansi_number(text),
     shell.ansi_colour(text[]),
     shell.ansi_rgb_index(integer, integer, integer),

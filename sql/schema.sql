@@ -2411,6 +2411,15 @@ $$;
 
 COMMENT ON FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) IS 'Executor: up to 256 input rows after p_after_seq, to deliver, with the bytes of redacted ones (from shell.secret_input). PS001 when the lease is lost.';
 
+CREATE FUNCTION shell.pre_text(html text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO ''
+    AS $$
+    SELECT CASE WHEN left(html, 1) = E'\n' THEN E'\n' || html ELSE html END
+$$;
+
+COMMENT ON FUNCTION shell.pre_text(html text) IS 'HTML as the content of a <pre>: a leading newline doubled, since a parser drops the first.';
+
 CREATE FUNCTION shell.promote_image(p_digest text) RETURNS TABLE(digest text, promoted_at timestamp with time zone, previous text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -2817,12 +2826,13 @@ CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
         shell.html_escape(shell.short_cwd(coalesce(c.cwd_before, ''))), shell.html_escape(c.command),
         shell.command_buttons(c),
         CASE WHEN c.tty THEN ' data-raw' ELSE '' END,
-        CASE WHEN c.tty THEN shell.raw_html(shell.output_of(c)) ELSE shell.ansi_html(shell.output_of(c)) END,
+        shell.pre_text(CASE WHEN c.tty THEN shell.raw_html(shell.output_of(c))
+                            ELSE shell.ansi_html(shell.output_of(c)) END),
         shell.html_escape(shell.outcome_words(c, shell.time_limit_s())),
         shell.render_changes(c))
 $_$;
 
-COMMENT ON FUNCTION shell.render_command(c shell.commands) IS 'One command as the terminal page''s HTML article: prompt, command, buttons, output (coloured HTML; a terminal command''s raw stream, in <pre data-raw>), outcome in words and file changes, with the data- attributes the page reads (status, change, start and time limit, cwd, terminal window).';
+COMMENT ON FUNCTION shell.render_command(c shell.commands) IS 'One command as the terminal page''s HTML article: prompt, command, buttons, output (coloured HTML laid out as a terminal shows it; a terminal command''s raw stream, in <pre data-raw>; a leading newline kept, shell.pre_text), outcome in words and file changes, with the data- attributes the page reads (status, change, start and time limit, cwd, terminal window).';
 
 CREATE FUNCTION shell.render_lineage(s shell.sessions) RETURNS text[]
     LANGUAGE sql STABLE

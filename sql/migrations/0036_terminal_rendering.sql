@@ -503,3 +503,45 @@ END
 $$;
 
 COMMENT ON FUNCTION shell.render_piece(shell.listing_row) IS 'One listing row as HTML: render_command with the piece as output (in the pen the 64 KiB before it left; a terminal command''s piece as it is), its <pre> marked with data-from, data-end and data-bytes, and a marker after a cut output. A piece whose line (or itself) holds a control that moves the cursor is rendered from that line''s start, given as data-line: the page replaces its copy''s last line with it. data-clear: the piece clears the screen, so the page''s copy before it goes.';
+
+-- 4. An output that starts with a newline keeps it ----------------------------------
+
+-- An HTML parser drops a newline right after <pre>, so a piece that
+-- started with one (printf a; sleep 1; printf '\nb') ran into the line
+-- before it on the page. As HTML serializers do, one more goes first.
+CREATE FUNCTION shell.pre_text(html text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+    SELECT CASE WHEN left(html, 1) = E'\n' THEN E'\n' || html ELSE html END
+$$;
+
+COMMENT ON FUNCTION shell.pre_text(text) IS 'HTML as the content of a <pre>: a leading newline doubled, since a parser drops the first.';
+
+CREATE OR REPLACE FUNCTION shell.render_command(c shell.commands) RETURNS text
+LANGUAGE sql STABLE SET search_path = '' AS $_$
+    SELECT format(
+        '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s" '
+        'data-outcome="%s"%s%s%s>'
+        '<div class="line"><span class="prompt">%s $</span> <span class="text">%s</span>'
+        '<span class="actions">%s</span></div>'
+        '<pre class="out"%s>%s</pre><div class="meta">%s</div>%s</article>',
+        CASE WHEN c.upload IS NOT NULL THEN ' upload' ELSE '' END,
+        c.id, c.id, c.status, c.change_seq, shell.outcome_class(c),
+        CASE WHEN c.status = 'running' AND c.started_at IS NOT NULL
+             THEN format(' data-started="%s"%s',
+                         floor(extract(epoch FROM c.started_at) * 1000)::bigint,
+                         coalesce(format(' data-limit="%s"', trim_scale(shell.time_limit_s())), ''))
+             ELSE '' END,
+        CASE WHEN c.cwd_after IS NOT NULL
+             THEN format(' data-cwd="%s"', shell.html_escape(shell.short_cwd(c.cwd_after))) ELSE '' END,
+        CASE WHEN c.tty THEN format(' data-tty data-cols="%s" data-rows="%s"', c.cols, c.rows)
+             ELSE '' END,
+        shell.html_escape(shell.short_cwd(coalesce(c.cwd_before, ''))), shell.html_escape(c.command),
+        shell.command_buttons(c),
+        CASE WHEN c.tty THEN ' data-raw' ELSE '' END,
+        shell.pre_text(CASE WHEN c.tty THEN shell.raw_html(shell.output_of(c))
+                            ELSE shell.ansi_html(shell.output_of(c)) END),
+        shell.html_escape(shell.outcome_words(c, shell.time_limit_s())),
+        shell.render_changes(c))
+$_$;
+
+COMMENT ON FUNCTION shell.render_command(shell.commands) IS 'One command as the terminal page''s HTML article: prompt, command, buttons, output (coloured HTML laid out as a terminal shows it; a terminal command''s raw stream, in <pre data-raw>; a leading newline kept, shell.pre_text), outcome in words and file changes, with the data- attributes the page reads (status, change, start and time limit, cwd, terminal window).';

@@ -8,8 +8,8 @@ import html
 import re
 
 _RUN = re.compile(r'<span class="([^"<>]*)">([^<]*)</span>|([^<]+)')
-_PRE = re.compile(r'<pre class="out" data-from="(\d+)" data-end="(\d+)" data-bytes="(\d+)">'
-                  r'(.*?)</pre>', re.S)
+_PRE = re.compile(r'<pre class="out" data-from="(\d+)" data-end="(\d+)" data-bytes="(\d+)"[^>]*>'
+                  r'\n?(.*?)</pre>', re.S)  # a parser drops a newline after <pre>
 
 
 def styled(fragment: str) -> list[tuple[str, str]]:
