@@ -7,8 +7,11 @@ The function as first written (sql/migrations/0007_live_html.sql) grew in
 quadratic time; it is installed beside the current one, in a schema of its
 own, so both are timed in the same run: the old one at each size up to
 --old-max (its 64 KiB cut-off removed, so it does the same work), the
-current one at every size. The database is built from scratch with the
-migration runner and dropped afterwards.
+current one at every size. Output with carriage returns (a progress bar
+redrawn in place) is laid out in cells since 0036: it is timed beside the
+same bytes with each CR made a newline, which take the one-split path. The
+database is built from scratch with the migration runner and dropped
+afterwards.
 
     .venv/bin/python -m bench.ansi_html --sizes 65536,262144,1048576
 
@@ -55,6 +58,14 @@ def escapes(size: int) -> str:
     return unit * max(1, size // len(unit))
 
 
+def progress(size: int) -> str:
+    """About ``size`` bytes of a coloured progress bar redrawn with CR."""
+    units = [f"\r\x1b[32m{'#' * (n % 40)}\x1b[0m{' ' * (40 - n % 40)} {n % 100:3d}%"
+             for n in range(100)]
+    text = "".join(units)
+    return text * max(1, size // len(text)) + "\n"
+
+
 def seconds(conn: Connection, function: str, text: str) -> tuple[float, int]:
     started = time.perf_counter()
     rows = query(conn, f"SELECT octet_length({function}(%s)) AS n", (text,))
@@ -82,6 +93,12 @@ def main() -> None:
                                    html_bytes=new_len)
                 state_s, _ = seconds(conn, "shell.ansi_state", text)
                 REPORT.emit_figure("state_s", state_s, "s", size_bytes=size)
+                bar = progress(size)
+                laid_s, laid_len = seconds(conn, "shell.ansi_html", bar)
+                split_s, _ = seconds(conn, "shell.ansi_html", bar.replace("\r", "\n"))
+                REPORT.emit_figure("render_s", laid_s, "s", size_bytes=size, version="laid_out",
+                                   html_bytes=laid_len, split_s=round(split_s, 4),
+                                   ratio_to_split=round(laid_s / split_s, 1))
                 if size <= args.old_max:
                     old_s, old_len = seconds(conn, f"{REFERENCE_SCHEMA}.ansi_html", text)
                     assert old_len == new_len, (old_len, new_len)

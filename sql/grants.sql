@@ -97,7 +97,6 @@ GRANT EXECUTE ON FUNCTION
     shell.ansi_number(text),
     shell.ansi_colour(text[]),
     shell.ansi_rgb_index(integer, integer, integer),
-    shell.ansi_colour_class(integer, boolean),
     shell.ansi_pen_apply(shell.ansi_pen, text),
     shell.ansi_pen_classes(shell.ansi_pen),
     shell.ansi_pen_sgr(shell.ansi_pen),

@@ -179,7 +179,6 @@ COMMENT ON FUNCTION shell.announce_session() IS 'Trigger on new lanes: notifies 
 
 CREATE FUNCTION shell.ansi_clears(p_before text, p_piece text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT (coalesce(shell.ansi_unfinished(p_before), '') || p_piece) ~ E'\x1b(\\[[23]J|c)'
 $$;
@@ -188,7 +187,6 @@ COMMENT ON FUNCTION shell.ansi_clears(p_before text, p_piece text) IS 'Whether p
 
 CREATE FUNCTION shell.ansi_colour(p text[]) RETURNS integer
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT CASE
         WHEN p[1] = '5' AND shell.ansi_number(p[2]) BETWEEN 0 AND 255 THEN shell.ansi_number(p[2])
@@ -201,20 +199,6 @@ $$;
 
 COMMENT ON FUNCTION shell.ansi_colour(p text[]) IS 'The palette index that the parameters after SGR 38 or 48 name (5;N, or 2;R;G;B taken to the nearest); NULL if they name none.';
 
-CREATE FUNCTION shell.ansi_colour_class(idx integer, p_bg boolean) RETURNS text
-    LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
-    AS $$
-    SELECT CASE WHEN idx IS NULL THEN NULL
-                WHEN idx < 8 THEN format('ansi-%s-%s', CASE WHEN p_bg THEN 'bg' ELSE 'fg' END,
-                                         idx + CASE WHEN p_bg THEN 40 ELSE 30 END)
-                WHEN idx < 16 THEN format('ansi-%s-%s', CASE WHEN p_bg THEN 'bg' ELSE 'fg' END,
-                                          idx + CASE WHEN p_bg THEN 92 ELSE 82 END)
-                ELSE format('ansi-%s-c%s', CASE WHEN p_bg THEN 'bg' ELSE 'fg' END, idx) END
-$$;
-
-COMMENT ON FUNCTION shell.ansi_colour_class(idx integer, p_bg boolean) IS 'The page''s class for a palette colour: ansi-fg-31, ansi-bg-104 for the 16 named ones (the SGR code), ansi-fg-c208 for the others.';
-
 CREATE FUNCTION shell.ansi_html(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
     SET search_path TO ''
@@ -226,7 +210,6 @@ COMMENT ON FUNCTION shell.ansi_html(t text) IS 'A text as HTML, as a terminal sh
 
 CREATE FUNCTION shell.ansi_line_html(line text, line_styles text, styles text[]) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO ''
     AS $$
 DECLARE
     parts text[] := '{}';
@@ -252,7 +235,6 @@ COMMENT ON FUNCTION shell.ansi_line_html(line text, line_styles text, styles tex
 
 CREATE FUNCTION shell.ansi_number(code text) RETURNS integer
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $_$
     SELECT CASE WHEN code IS NULL OR code = '' THEN 0
                 WHEN code ~ '^[0-9]+$' AND length(ltrim(code, '0')) <= 3 THEN code::integer END
@@ -262,7 +244,6 @@ COMMENT ON FUNCTION shell.ansi_number(code text) IS 'An SGR or cursor parameter 
 
 CREATE FUNCTION shell.ansi_open_line(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $_$
     SELECT substring(t FROM E'[^\n]*$')
 $_$;
@@ -271,7 +252,6 @@ COMMENT ON FUNCTION shell.ansi_open_line(t text) IS 'The text''s last line, from
 
 CREATE FUNCTION shell.ansi_pen_apply(p shell.ansi_pen, params text) RETURNS shell.ansi_pen
     LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO ''
     AS $$
 DECLARE
     codes text[] := string_to_array(params, ';');
@@ -295,7 +275,12 @@ BEGIN
             i := i + 1;
             CONTINUE;
         END IF;
-        n := shell.ansi_number(codes[i]);
+        -- The codes are digits (the escape's pattern): a number unless too long.
+        IF length(ltrim(codes[i], '0')) > 3 THEN
+            i := i + 1;
+            CONTINUE;
+        END IF;
+        n := coalesce(nullif(codes[i], '')::integer, 0);
         IF n IN (38, 48) THEN
             -- 38;5;N takes three codes, 38;2;R;G;B five
             sub := codes[i + 1:i + CASE WHEN codes[i + 1] = '2' THEN 4 ELSE 2 END];
@@ -335,23 +320,36 @@ $$;
 COMMENT ON FUNCTION shell.ansi_pen_apply(p shell.ansi_pen, params text) IS 'The pen after one SGR escape''s parameters (ESC [ params m; empty is 0, a reset): colours 30-37, 90-97, 40-47, 100-107, 38/48 with 5;N or 2;R;G;B (semicolons or colons), attributes 1-9 and their resets; other codes change nothing.';
 
 CREATE FUNCTION shell.ansi_pen_classes(p shell.ansi_pen) RETURNS text
-    LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
+    LANGUAGE plpgsql IMMUTABLE
     AS $$
-    SELECT concat_ws(' ',
-        shell.ansi_colour_class(CASE WHEN p.reverse THEN p.bg ELSE p.fg END, false),
-        shell.ansi_colour_class(CASE WHEN p.reverse THEN p.fg ELSE p.bg END, true),
-        CASE WHEN p.bold THEN 'ansi-bold' END, CASE WHEN p.dim THEN 'ansi-dim' END,
-        CASE WHEN p.italic THEN 'ansi-italic' END, CASE WHEN p.underline THEN 'ansi-underline' END,
-        CASE WHEN p.strike THEN 'ansi-strike' END, CASE WHEN p.reverse THEN 'ansi-reverse' END,
-        CASE WHEN p.hidden THEN 'ansi-hidden' END)
+DECLARE
+    fg integer := CASE WHEN p.reverse THEN p.bg ELSE p.fg END;
+    bg integer := CASE WHEN p.reverse THEN p.fg ELSE p.bg END;
+    classes text := '';
+BEGIN
+    IF fg IS NOT NULL THEN  -- the 16 named colours by their SGR code, the others by index
+        classes := CASE WHEN fg >= 16 THEN ' ansi-fg-c' || fg
+                        ELSE ' ansi-fg-' || (fg + CASE WHEN fg < 8 THEN 30 ELSE 82 END) END;
+    END IF;
+    IF bg IS NOT NULL THEN
+        classes := classes || CASE WHEN bg >= 16 THEN ' ansi-bg-c' || bg
+                                   ELSE ' ansi-bg-' || (bg + CASE WHEN bg < 8 THEN 40 ELSE 92 END) END;
+    END IF;
+    IF p.bold THEN classes := classes || ' ansi-bold'; END IF;
+    IF p.dim THEN classes := classes || ' ansi-dim'; END IF;
+    IF p.italic THEN classes := classes || ' ansi-italic'; END IF;
+    IF p.underline THEN classes := classes || ' ansi-underline'; END IF;
+    IF p.strike THEN classes := classes || ' ansi-strike'; END IF;
+    IF p.reverse THEN classes := classes || ' ansi-reverse'; END IF;
+    IF p.hidden THEN classes := classes || ' ansi-hidden'; END IF;
+    RETURN ltrim(classes);
+END
 $$;
 
-COMMENT ON FUNCTION shell.ansi_pen_classes(p shell.ansi_pen) IS 'The classes text in this pen is shown with (empty for the default pen): colours first, reverse already applied to them.';
+COMMENT ON FUNCTION shell.ansi_pen_classes(p shell.ansi_pen) IS 'The classes text in this pen is shown with (empty for the default pen): colours first (ansi-fg-31, ansi-bg-104 for the 16 named ones, ansi-fg-c208 for the others), reverse already applied to them.';
 
 CREATE FUNCTION shell.ansi_pen_sgr(p shell.ansi_pen) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT CASE WHEN codes = '' THEN '' ELSE E'\x1b[' || codes || 'm' END
     FROM concat_ws(';',
@@ -368,7 +366,6 @@ COMMENT ON FUNCTION shell.ansi_pen_sgr(p shell.ansi_pen) IS 'One SGR escape that
 
 CREATE FUNCTION shell.ansi_rgb_index(r integer, g integer, b integer) RETURNS integer
     LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO ''
     AS $$
 DECLARE
     levels constant integer[] := '{0,95,135,175,215,255}';
@@ -613,7 +610,6 @@ COMMENT ON FUNCTION shell.ansi_state(t text) IS 'The escapes that continue a tex
 
 CREATE FUNCTION shell.ansi_unfinished(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $_$
     SELECT substring(t FROM E'\x1b(?:\\[[0-?]*[ -/]*|\\][^\x07\x1b]*|[()*+\\-./#%])?$')
 $_$;
@@ -2413,7 +2409,6 @@ COMMENT ON FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p
 
 CREATE FUNCTION shell.pre_text(html text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT CASE WHEN left(html, 1) = E'\n' THEN E'\n' || html ELSE html END
 $$;

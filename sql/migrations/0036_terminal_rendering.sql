@@ -18,6 +18,11 @@
 
 -- 1. The pen -------------------------------------------------------------------------
 
+-- The functions run per escape or per line have no SET search_path (they
+-- name only shell.* and built-ins, and run as the caller): a SET clause
+-- costs every call a configuration change, and keeps an SQL function from
+-- being inlined.
+
 CREATE TYPE shell.ansi_pen AS (
     fg integer,  -- palette index 0..255; NULL: the default colour
     bg integer,
@@ -34,7 +39,7 @@ COMMENT ON TYPE shell.ansi_pen IS 'What SGR codes have set: colours as 256-palet
 
 -- xterm's palette: 16 named colours, a 6×6×6 cube, 24 greys.
 CREATE FUNCTION shell.ansi_rgb_index(r integer, g integer, b integer) RETURNS integer
-LANGUAGE plpgsql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     levels constant integer[] := '{0,95,135,175,215,255}';
     ri integer := CASE WHEN r < 48 THEN 0 WHEN r < 115 THEN 1 ELSE least((r - 35) / 40, 5) END;
@@ -53,7 +58,7 @@ COMMENT ON FUNCTION shell.ansi_rgb_index(integer, integer, integer) IS 'The 256-
 
 -- A code's number, or NULL when it is not one a terminal reads (too long).
 CREATE FUNCTION shell.ansi_number(code text) RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN code IS NULL OR code = '' THEN 0
                 WHEN code ~ '^[0-9]+$' AND length(ltrim(code, '0')) <= 3 THEN code::integer END
 $$;
@@ -63,7 +68,7 @@ COMMENT ON FUNCTION shell.ansi_number(text) IS 'An SGR or cursor parameter as a 
 -- An extended colour from its parameters after 38 or 48: 5;N or
 -- 2;R;G;B (with colons, 2 may be followed by a colour space id).
 CREATE FUNCTION shell.ansi_colour(p text[]) RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE
         WHEN p[1] = '5' AND shell.ansi_number(p[2]) BETWEEN 0 AND 255 THEN shell.ansi_number(p[2])
         WHEN p[1] = '2' AND cardinality(p) >= 4 THEN shell.ansi_rgb_index(
@@ -76,7 +81,7 @@ $$;
 COMMENT ON FUNCTION shell.ansi_colour(text[]) IS 'The palette index that the parameters after SGR 38 or 48 name (5;N, or 2;R;G;B taken to the nearest); NULL if they name none.';
 
 CREATE FUNCTION shell.ansi_pen_apply(p shell.ansi_pen, params text) RETURNS shell.ansi_pen
-LANGUAGE plpgsql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     codes text[] := string_to_array(params, ';');
     i integer := 1;
@@ -99,7 +104,12 @@ BEGIN
             i := i + 1;
             CONTINUE;
         END IF;
-        n := shell.ansi_number(codes[i]);
+        -- The codes are digits (the escape's pattern): a number unless too long.
+        IF length(ltrim(codes[i], '0')) > 3 THEN
+            i := i + 1;
+            CONTINUE;
+        END IF;
+        n := coalesce(nullif(codes[i], '')::integer, 0);
         IF n IN (38, 48) THEN
             -- 38;5;N takes three codes, 38;2;R;G;B five
             sub := codes[i + 1:i + CASE WHEN codes[i + 1] = '2' THEN 4 ELSE 2 END];
@@ -138,35 +148,40 @@ $$;
 
 COMMENT ON FUNCTION shell.ansi_pen_apply(shell.ansi_pen, text) IS 'The pen after one SGR escape''s parameters (ESC [ params m; empty is 0, a reset): colours 30-37, 90-97, 40-47, 100-107, 38/48 with 5;N or 2;R;G;B (semicolons or colons), attributes 1-9 and their resets; other codes change nothing.';
 
-CREATE FUNCTION shell.ansi_colour_class(idx integer, p_bg boolean) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
-    SELECT CASE WHEN idx IS NULL THEN NULL
-                WHEN idx < 8 THEN format('ansi-%s-%s', CASE WHEN p_bg THEN 'bg' ELSE 'fg' END,
-                                         idx + CASE WHEN p_bg THEN 40 ELSE 30 END)
-                WHEN idx < 16 THEN format('ansi-%s-%s', CASE WHEN p_bg THEN 'bg' ELSE 'fg' END,
-                                          idx + CASE WHEN p_bg THEN 92 ELSE 82 END)
-                ELSE format('ansi-%s-c%s', CASE WHEN p_bg THEN 'bg' ELSE 'fg' END, idx) END
-$$;
-
-COMMENT ON FUNCTION shell.ansi_colour_class(integer, boolean) IS 'The page''s class for a palette colour: ansi-fg-31, ansi-bg-104 for the 16 named ones (the SGR code), ansi-fg-c208 for the others.';
-
 -- Reverse swaps the colours here, so the style sheet needs no rule per
--- pair; ansi-reverse gives the default colours swapped.
+-- pair; ansi-reverse gives the default colours swapped. (PL/pgSQL: as an
+-- SQL function reading the pen's fields more than once it is not inlined,
+-- and is planned again at every call.)
 CREATE FUNCTION shell.ansi_pen_classes(p shell.ansi_pen) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
-    SELECT concat_ws(' ',
-        shell.ansi_colour_class(CASE WHEN p.reverse THEN p.bg ELSE p.fg END, false),
-        shell.ansi_colour_class(CASE WHEN p.reverse THEN p.fg ELSE p.bg END, true),
-        CASE WHEN p.bold THEN 'ansi-bold' END, CASE WHEN p.dim THEN 'ansi-dim' END,
-        CASE WHEN p.italic THEN 'ansi-italic' END, CASE WHEN p.underline THEN 'ansi-underline' END,
-        CASE WHEN p.strike THEN 'ansi-strike' END, CASE WHEN p.reverse THEN 'ansi-reverse' END,
-        CASE WHEN p.hidden THEN 'ansi-hidden' END)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    fg integer := CASE WHEN p.reverse THEN p.bg ELSE p.fg END;
+    bg integer := CASE WHEN p.reverse THEN p.fg ELSE p.bg END;
+    classes text := '';
+BEGIN
+    IF fg IS NOT NULL THEN  -- the 16 named colours by their SGR code, the others by index
+        classes := CASE WHEN fg >= 16 THEN ' ansi-fg-c' || fg
+                        ELSE ' ansi-fg-' || (fg + CASE WHEN fg < 8 THEN 30 ELSE 82 END) END;
+    END IF;
+    IF bg IS NOT NULL THEN
+        classes := classes || CASE WHEN bg >= 16 THEN ' ansi-bg-c' || bg
+                                   ELSE ' ansi-bg-' || (bg + CASE WHEN bg < 8 THEN 40 ELSE 92 END) END;
+    END IF;
+    IF p.bold THEN classes := classes || ' ansi-bold'; END IF;
+    IF p.dim THEN classes := classes || ' ansi-dim'; END IF;
+    IF p.italic THEN classes := classes || ' ansi-italic'; END IF;
+    IF p.underline THEN classes := classes || ' ansi-underline'; END IF;
+    IF p.strike THEN classes := classes || ' ansi-strike'; END IF;
+    IF p.reverse THEN classes := classes || ' ansi-reverse'; END IF;
+    IF p.hidden THEN classes := classes || ' ansi-hidden'; END IF;
+    RETURN ltrim(classes);
+END
 $$;
 
-COMMENT ON FUNCTION shell.ansi_pen_classes(shell.ansi_pen) IS 'The classes text in this pen is shown with (empty for the default pen): colours first, reverse already applied to them.';
+COMMENT ON FUNCTION shell.ansi_pen_classes(shell.ansi_pen) IS 'The classes text in this pen is shown with (empty for the default pen): colours first (ansi-fg-31, ansi-bg-104 for the 16 named ones, ansi-fg-c208 for the others), reverse already applied to them.';
 
 CREATE FUNCTION shell.ansi_pen_sgr(p shell.ansi_pen) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN codes = '' THEN '' ELSE E'\x1b[' || codes || 'm' END
     FROM concat_ws(';',
         CASE WHEN p.bold THEN 1 END, CASE WHEN p.dim THEN 2 END, CASE WHEN p.italic THEN 3 END,
@@ -186,7 +201,7 @@ COMMENT ON FUNCTION shell.ansi_pen_sgr(shell.ansi_pen) IS 'One SGR escape that s
 -- the same length, each character's style (a character standing for an
 -- index into the styles seen), so overwriting is a splice of both.
 CREATE FUNCTION shell.ansi_line_html(line text, line_styles text, styles text[]) RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     parts text[] := '{}';
     at integer := 1;
@@ -365,7 +380,7 @@ COMMENT ON FUNCTION shell.ansi_screen(text, OUT text, OUT integer) IS 'Text laid
 -- At the very end: a lone ESC, a control sequence before its final byte,
 -- an OSC string before its terminator, a charset selection before its name.
 CREATE FUNCTION shell.ansi_unfinished(t text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT substring(t FROM E'\x1b(?:\\[[0-?]*[ -/]*|\\][^\x07\x1b]*|[()*+\\-./#%])?$')
 $$;
 
@@ -441,7 +456,7 @@ COMMENT ON FUNCTION shell.ansi_state(text) IS 'The escapes that continue a text:
 -- The start of the last line of a text, where the pieces after it are
 -- rendered from when they (or that line) hold a control that moves the cursor.
 CREATE FUNCTION shell.ansi_open_line(t text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT substring(t FROM E'[^\n]*$')
 $$;
 
@@ -450,7 +465,7 @@ COMMENT ON FUNCTION shell.ansi_open_line(text) IS 'The text''s last line, from a
 -- Whether a piece clears the screen (a clear that starts in the escape the
 -- output before it stopped inside counts: the piece completes it).
 CREATE FUNCTION shell.ansi_clears(p_before text, p_piece text) RETURNS boolean
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT (coalesce(shell.ansi_unfinished(p_before), '') || p_piece) ~ E'\x1b(\\[[23]J|c)'
 $$;
 
@@ -510,7 +525,7 @@ COMMENT ON FUNCTION shell.render_piece(shell.listing_row) IS 'One listing row as
 -- started with one (printf a; sleep 1; printf '\nb') ran into the line
 -- before it on the page. As HTML serializers do, one more goes first.
 CREATE FUNCTION shell.pre_text(html text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = '' AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN left(html, 1) = E'\n' THEN E'\n' || html ELSE html END
 $$;
 
