@@ -75,6 +75,13 @@ def test_exit_status_is_the_commands(run, command: str, code: int) -> None:
     assert ran.result.state_note is None
 
 
+def test_a_pipe_whose_reader_ends_early_ends_its_writer_quietly(run) -> None:
+    # As in any shell: SIGPIPE ends the writer, no "Broken pipe" error.
+    ran = run("yes | head -n 2; seq 1000000 | head -n 1")
+    assert (ran.output, ran.result.exit_code) == ("y\ny\n1\n", 0)
+    assert run("yes | head -n 1; echo ${PIPESTATUS[0]}").output == "y\n141\n"
+
+
 def test_missing_cwd_falls_back_to_root_with_a_note(run) -> None:
     ran = run("pwd", cwd=f"{ROOT}/gone")
     assert ran.output == f"pg-shell: {ROOT}/gone is gone; starting in {ROOT}\n{ROOT}\n"
