@@ -35,10 +35,13 @@ def shown(article: Any) -> Runs:
     return joined
 
 
-def run_in_new_session(open_terminal: OpenTerminal, command: str) -> tuple[Terminal, Any]:
+def run_in_new_session(open_terminal: OpenTerminal, command: str,
+                       wait: bool = True) -> tuple[Terminal, Any]:
+    """The command's article in a new session of alice's: finished, or
+    (``wait=False``) just submitted, to watch its output arrive."""
     term = open_terminal("alice")
     term.new_session()
-    return term, term.run(command)
+    return term, term.run(command) if wait else term.submit(command)
 
 
 def test_a_carriage_return_overwrites_the_line(open_terminal: OpenTerminal) -> None:
@@ -51,9 +54,8 @@ def test_a_carriage_return_overwrites_the_line(open_terminal: OpenTerminal) -> N
 # right after <pre>'s start tag unless the server doubles it (shell.pre_text).
 def test_a_line_streamed_in_pieces_shows_as_its_lines_live_and_after_a_reload(
         open_terminal: OpenTerminal) -> None:
-    term = open_terminal("alice")
-    term.new_session()
-    article = term.submit(r"printf a; sleep 1; printf '\nb\n'")
+    term, article = run_in_new_session(
+        open_terminal, r"printf a; sleep 1; printf '\nb\n'", wait=False)
     term.expect(article.locator("pre.out")).to_contain_text("a")
     term.wait_finished(article)
     term.expect(article.locator("pre.out")).to_have_text("a\nb\n")
@@ -67,9 +69,9 @@ def test_a_line_streamed_in_pieces_shows_as_its_lines_live_and_after_a_reload(
 
 def test_a_progress_bar_streamed_in_pieces_ends_showing_its_last_value(
         open_terminal: OpenTerminal) -> None:
-    term = open_terminal("alice")
-    term.new_session()
-    article = term.submit(r"for i in 1 2 3; do printf '\r%s%%' $((i*30)); sleep 0.6; done; echo")
+    term, article = run_in_new_session(
+        open_terminal, r"for i in 1 2 3; do printf '\r%s%%' $((i*30)); sleep 0.6; done; echo",
+        wait=False)
     term.expect(article.locator("pre.out")).to_contain_text("%")
     term.wait_finished(article)
     term.expect(article).to_have_attribute("data-status", "done")
@@ -107,9 +109,8 @@ def test_256_colour_truecolour_and_attributes_show_as_classes_and_styles(
 
 def test_a_clear_of_the_screen_in_a_later_piece_leaves_only_what_follows_it(
         open_terminal: OpenTerminal) -> None:
-    term = open_terminal("alice")
-    term.new_session()
-    article = term.submit(r"printf 'old\n'; sleep 1; printf '\033[H\033[2Jnew\n'")
+    term, article = run_in_new_session(
+        open_terminal, r"printf 'old\n'; sleep 1; printf '\033[H\033[2Jnew\n'", wait=False)
     term.expect(article.locator("pre.out")).to_contain_text(re.compile("old|new"))
     term.wait_finished(article)
     term.expect(article.locator("pre.out")).to_have_text("new\n")

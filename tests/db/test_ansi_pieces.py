@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-import psycopg2
 import pytest
 
 from tests.db.ansi_helpers import pieces, runs, styled
@@ -23,14 +22,6 @@ MIB = 1024 * 1024
 PASS_FAIL = "ok \x1b[1;32mPASSED\x1b[0m then \x1b[31mFAILED\x1b[0m\n"
 PASS_FAIL_RUNS = [("", "ok "), ("ansi-fg-32 ansi-bold", "PASSED"), ("", " then "),
                   ("ansi-fg-31", "FAILED"), ("", "\n")]
-
-
-@pytest.fixture
-def conn(db: str):
-    connection = psycopg2.connect(db)
-    connection.autocommit = True
-    yield connection
-    connection.close()
 
 
 def html(conn, text: str) -> str:

@@ -12,7 +12,6 @@ import html as html_module
 import re
 from collections.abc import Iterator
 
-import psycopg2
 import pyte
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,14 +25,6 @@ from tests.support import create_user, one, tenant
 COLS, ROWS = 400, 60
 ATTRS = ("bold", "italic", "underline", "strike", "reverse")
 Cell = tuple[str, int | None, int | None, frozenset[str]]  # char, fg, bg, attributes
-
-
-@pytest.fixture
-def conn(db: str) -> Iterator[psycopg2.extensions.connection]:
-    connection = psycopg2.connect(db)
-    connection.autocommit = True
-    yield connection
-    connection.close()
 
 
 def render(conn, text: str) -> str:
