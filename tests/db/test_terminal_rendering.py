@@ -155,7 +155,8 @@ CAPTURED = {
     # procps' watch itself (TERM=xterm, no terminal): its first screen, then
     # the clock's seconds redrawn in place.
     "watch, as it writes": "\x1b[?1049h\x1b[22;0;0t\x1b[1;24r\x1b(B\x1b[m\x1b[4l\x1b[?7h"
-                           "\x1b[H\x1b[2JEvery 1.0s: echo hi\x1b[1;43H8cdbfb621e9d: Fri Dec  4 22:36:28 2026"
+                           "\x1b[H\x1b[2JEvery 1.0s: echo hi"
+                           "\x1b[1;43H8cdbfb621e9d: Fri Dec  4 22:36:28 2026"
                            "\x1b[3;1Hhi\x1b[24;80H\x1b[1;75H9\x1b[24;80H\x1b[1;74H30\x1b[24;80H"
                            "\x1b[24;1H\x1b[?1049l\x1b[23;0;0t\r\x1b[?1l\x1b>",
 }
