@@ -54,10 +54,11 @@ from bench.common import (
 from bench.common import (
     percentile_interpolated as pct,
 )
+from executor.sandbox.hardening import SANDBOX_GID, SANDBOX_UID
 from tests.daemon import Daemon, executor_env
 from tests.support import call
 
-SANDBOX_USER = "1000:1000"
+SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"  # the image's sandbox user, as the executor runs it
 # The executor's defaults (executor/config.py), as docker run flags.
 MEMORY_MB, PIDS, CPUS, NOFILE, FSIZE_MB, TMPFS_MB = 256, 128, 1.0, 256, 64, 16
 REPORT = Report("executor")

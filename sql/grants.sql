@@ -141,6 +141,7 @@ GRANT EXECUTE ON FUNCTION
     shell.put_blob_chunk(text, bigint, integer, integer, bytea),
     shell.put_blobs(text[], bytea[]),
     shell.blob_chunk(text, integer),
+    shell.blob_chunks_of(text[]),
     shell.put_trees(jsonb),
     shell.tree_listing(text),
     shell.tree_diff(text, text),

@@ -776,6 +776,17 @@ $$;
 
 COMMENT ON FUNCTION shell.blob_chunk(p_sha256 text, p_seq integer) IS 'Executor (restoring files) and administrator (audit verify --files): chunk p_seq of a blob, or NULL.';
 
+CREATE FUNCTION shell.blob_chunks_of(p_sha256 text[]) RETURNS TABLE(sha256 text, seq integer, data bytea)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT k.sha256, k.seq, k.data FROM shell.blob_chunks k
+    WHERE k.sha256 = ANY (p_sha256)
+    ORDER BY k.sha256, k.seq
+$$;
+
+COMMENT ON FUNCTION shell.blob_chunks_of(p_sha256 text[]) IS 'Executor (restoring files): every chunk of these blobs, by blob and chunk; a blob not stored has no row. The caller bounds the bytes by the blobs it names.';
+
 CREATE FUNCTION shell.blob_content(p_sha256 text) RETURNS bytea
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''

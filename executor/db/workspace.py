@@ -29,6 +29,16 @@ class WorkspaceStore:
         data = rows[0]["data"]
         return None if data is None else bytes(data)
 
+    def blobs(self, digests: list[str]) -> dict[str, bytes]:
+        """The bytes of these blobs (chunks joined) in one call; a blob not
+        stored is left out. For small blobs: the caller bounds the bytes."""
+        rows = self._db.call("SELECT sha256, data FROM shell.blob_chunks_of(%s::text[])",
+                             (digests,))
+        found: dict[str, bytearray] = {}
+        for row in rows:
+            found.setdefault(row["sha256"], bytearray()).extend(row["data"])
+        return {digest: bytes(data) for digest, data in found.items()}
+
     def put_trees(self, trees: list[list[dict[str, Any]]]) -> list[str]:
         """Stores trees (children first); returns the hashes the database computed."""
         if not trees:

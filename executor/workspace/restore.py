@@ -8,6 +8,9 @@ writing happens inside a locked-down container (Sandbox.restore), fed a tar
 stream built here from blobs read from the database, never by extracting
 tenant data on the host.
 
+Small blobs (one chunk each) are read many at a time, in the order the
+stream needs them; a larger one a chunk at a time.
+
 Each blob is checked against its SHA-256 and size as it is read: its last
 chunk is sent only once they match, so a blob altered in the database ends
 the stream short of it and the restore fails with the reason. The file's
@@ -28,10 +31,14 @@ from executor.db.workspace import WorkspaceStore
 from executor.errors import PgShellError
 
 from .cache import HostCache, Index
+from .capture import CHUNK_BYTES
 
 BLOCK = 512
 SHA256_HEADER = "PGSHELL.sha256"  # a file's blob, for the supervisor to check
 TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}
+# Small blobs read in one call: at most this many bytes, and blobs.
+BATCH_BYTES = 8 * 1024 * 1024
+BATCH_BLOBS = 1000
 
 # (header, tar stream) -> the restore container's conversation
 Restorer = Callable[[dict[str, Any], Iterable[bytes]], Any]
@@ -84,10 +91,11 @@ class TarStream:
     def __init__(self, store: WorkspaceStore, entries: list[dict[str, Any]]) -> None:
         self._store = store
         self._entries = entries
+        self._batch: dict[str, bytes] = {}  # small blobs read ahead
         self.failure: str | None = None
 
     def __iter__(self) -> Iterator[bytes]:
-        for e in self._entries:
+        for at, e in enumerate(self._entries):
             info = tarfile.TarInfo(e["path"])
             info.type = TAR_TYPES[e["kind"]]
             info.mode = e["mode"]
@@ -98,23 +106,47 @@ class TarStream:
             yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
             if e["kind"] != "file":
                 continue
-            yield from self._blob(e["path"], e["object"], info.size)
+            chunks = (self._small(at) if info.size <= CHUNK_BYTES
+                      else self._chunks(e["object"]))
+            yield from self._checked(e["path"], e["object"], info.size, chunks)
             if self.failure:
                 return
             if info.size % BLOCK:
                 yield b"\0" * (BLOCK - info.size % BLOCK)
         yield b"\0" * (2 * BLOCK)
 
-    def _blob(self, path: str, digest: str, size: int) -> Iterator[bytes]:
+    def _small(self, at: int) -> list[bytes]:
+        """Entry ``at``'s blob, read with the small blobs after it."""
+        digest = self._entries[at]["object"]
+        if digest not in self._batch:
+            wanted: dict[str, None] = {}
+            size = 0
+            for e in itertools.islice(self._entries, at, None):
+                if e["kind"] != "file" or e["size"] > CHUNK_BYTES or e["object"] in wanted:
+                    continue
+                if wanted and (size + e["size"] > BATCH_BYTES or len(wanted) == BATCH_BLOBS):
+                    break
+                wanted[e["object"]] = None
+                size += e["size"]
+            self._batch = self._store.blobs(list(wanted))
+        data = self._batch.get(digest)
+        return [] if data is None else [data]
+
+    def _chunks(self, digest: str) -> Iterator[bytes]:
+        for seq in itertools.count():
+            chunk = self._store.blob_chunk(digest, seq)
+            if chunk is None:
+                return
+            yield chunk
+
+    def _checked(self, path: str, digest: str, size: int,
+                 chunks: Iterable[bytes]) -> Iterator[bytes]:
         """The blob's chunks, each sent once the next is read: the last one
         only after the whole blob was checked."""
         hasher = hashlib.sha256()
         held: bytes | None = None
         read = 0
-        for seq in itertools.count():
-            chunk = self._store.blob_chunk(digest, seq)
-            if chunk is None:
-                break
+        for chunk in chunks:
             hasher.update(chunk)
             read += len(chunk)
             if held is not None:

@@ -39,3 +39,31 @@ def test_a_blob_altered_in_the_database_fails_the_restore_with_the_reason(db, da
     finally:
         attacker.close()
         shell.conn.close()
+
+
+def test_small_blobs_read_together_are_each_checked(db, daemon):
+    # A new host's first command restores many small files (read many
+    # blobs to a call) and one past a chunk (read a chunk at a time).
+    shell = Shell(db, create_user(db, "bob"))
+    made = shell.run("for i in $(seq 40); do echo file $i > f$i; done; "
+                     "head -c 5000000 /dev/zero | tr '\\0' x > big")
+    assert made["status"] == "done", made
+    last = one(shell.conn, "SELECT max(id) FROM shell.commands WHERE session_id = %s",
+               (shell.session_id,))
+    digest = hashlib.sha256(b"file 17\n").hexdigest()
+    attacker = psycopg2.connect(db)
+    attacker.autocommit = True
+    try:
+        call(attacker, "UPDATE shell.blob_chunks SET data = %s WHERE sha256 = %s",
+             (b"file 71\n", digest))
+        shell.session_id = one(shell.conn, "SELECT shell_api.fork_session(%s)", (last,))
+        row = shell.run("cat f1")
+        assert row["status"] == "failed" and f"blob {digest}" in row["reason"], row
+        call(attacker, "UPDATE shell.blob_chunks SET data = %s WHERE sha256 = %s",
+             (b"file 17\n", digest))
+        row = shell.run("cat f1 f17 f40; wc -c < big")
+        assert (row["status"], row["output"]) == (
+            "done", "file 1\nfile 17\nfile 40\n5000000\n"), row
+    finally:
+        attacker.close()
+        shell.conn.close()
