@@ -72,8 +72,13 @@ COMMENT ON FUNCTION shell.root_at(uuid, bigint) IS
 CREATE OR REPLACE FUNCTION shell_api.session_lineage_html(p_session_id uuid) RETURNS shell_api."text/html"
 LANGUAGE plpgsql STABLE SET search_path = '' AS $$
 DECLARE
-    s shell.sessions := shell.readable_session(p_session_id);
+    me uuid := shell.current_user_id();
+    s shell.sessions;
 BEGIN
+    SELECT * INTO s FROM shell.sessions x WHERE x.id = p_session_id AND x.user_id = me;
+    IF s.id IS NULL THEN
+        PERFORM shell.session_not_found();
+    END IF;
     RETURN array_to_string(
         CASE WHEN s.archived_at IS NOT NULL THEN ARRAY[format(
             '<span class="archived">archived <time datetime="%s">%s</time>: read only</span> '
