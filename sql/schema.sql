@@ -383,7 +383,7 @@ $$;
 
 COMMENT ON FUNCTION shell.ansi_rgb_index(r integer, g integer, b integer) IS 'The 256-palette colour (cube or grey, 16..255) nearest a truecolour.';
 
-CREATE FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text, OUT cleared_at integer) RETURNS record
+CREATE FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text) RETURNS record
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO ''
     AS $$
@@ -397,6 +397,7 @@ DECLARE
     layout constant text := E'[\b\t\r\x0b\x0c]|\x1b(\\[[0-9;:]*[@A-HJKPXadef`]|[cDEM78])';
     pen shell.ansi_pen := ROW(NULL, NULL, false, false, false, false, false, false, false);
     pieces text[] := '{}';
+    laid_out record;
     pending text;
     classes text;
     segment text;
@@ -404,7 +405,6 @@ DECLARE
 BEGIN
     html := '';
     state := '';
-    cleared_at := 0;
     IF t IS NULL OR t !~ E'[\x01-\x09\x0b-\x1f\x7f]' THEN
         IF p_html THEN
             html := shell.html_escape(t);
@@ -415,9 +415,11 @@ BEGIN
     IF pending IS NOT NULL THEN
         t := left(t, -length(pending));
     END IF;
-    IF p_html AND t ~ layout THEN
-        SELECT s.html, s.cleared_at INTO html, cleared_at FROM shell.ansi_screen(t) AS s;
-        p_html := false;  -- the pass below reads the state only
+    IF p_html AND t ~ layout THEN  -- laid out in cells, which gives the pen too
+        laid_out := shell.ansi_screen(t);
+        html := laid_out.html;
+        state := shell.ansi_pen_sgr(laid_out.pen) || coalesce(pending, '');
+        RETURN;
     END IF;
     -- The state needs only the codes: without the HTML, no split (each
     -- segment is then NULL).
@@ -444,9 +446,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text, OUT cleared_at integer) IS 'One pass over a text: its HTML (when p_html; laid out by shell.ansi_screen when a control moves the cursor, else one split at the SGR escapes), its state (the escapes that continue it: one SGR for the pen it leaves, an escape it stops inside) and where its last clear of the screen ended (characters; 0 if none). ansi_html and ansi_state read one each.';
+COMMENT ON FUNCTION shell.ansi_scan(t text, p_html boolean, OUT html text, OUT state text) IS 'One pass over a text: its HTML (when p_html; laid out by shell.ansi_screen when a control moves the cursor, else one split at the SGR escapes) and its state (the escapes that continue it: one SGR for the pen it leaves, an escape it stops inside). ansi_html and ansi_state read one each.';
 
-CREATE FUNCTION shell.ansi_screen(t text, OUT html text, OUT cleared_at integer) RETURNS record
+CREATE FUNCTION shell.ansi_screen(t text, OUT html text, OUT pen shell.ansi_pen) RETURNS record
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO ''
     AS $_$
@@ -461,11 +463,9 @@ DECLARE
     line_styles text[] := '{""}';
     styles text[] := '{""}';
     style text := chr(256);  -- styles[1]: the default pen
-    pen shell.ansi_pen := ROW(NULL, NULL, false, false, false, false, false, false, false);
     row integer := 1;
     col integer := 0;
     saved integer[] := '{1,0}';
-    pos integer := 0;
     tok text;
     params text;
     final text;
@@ -474,9 +474,8 @@ DECLARE
     line text;
     classes text;
 BEGIN
-    cleared_at := 0;
+    pen := ROW(NULL, NULL, false, false, false, false, false, false, false);
     FOR tok IN SELECT m[1] FROM regexp_matches(t, '(' || token_re || ')', 'g') AS m LOOP
-        pos := pos + length(tok);
         IF tok !~ E'^[\x01-\x1f\x7f]' THEN
             -- text: written over the cells from the cursor on
             k := length(tok);
@@ -499,7 +498,7 @@ BEGIN
         ELSIF tok = E'\t' THEN
             col := least((col / 8 + 1) * 8, greatest(col, margin));
         ELSIF tok = E'\x1bc' THEN  -- reset: a clear screen, default pen
-            lines := '{""}'; line_styles := '{""}'; row := 1; col := 0; cleared_at := pos;
+            lines := '{""}'; line_styles := '{""}'; row := 1; col := 0;
             pen := ROW(NULL, NULL, false, false, false, false, false, false, false);
             style := chr(256);
         ELSIF tok IN (E'\x1bD', E'\x1bE') THEN
@@ -563,7 +562,6 @@ BEGIN
                 ELSIF params IN ('2', '3') THEN  -- the screen is cleared: the cursor stays
                     lines := array_fill(''::text, ARRAY[row]);
                     line_styles := lines;
-                    cleared_at := pos;
                 END IF;
             WHEN '@' THEN
                 IF col < length(line) THEN
@@ -597,7 +595,7 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION shell.ansi_screen(t text, OUT html text, OUT cleared_at integer) IS 'Text laid out as a terminal with an endless screen shows it: text overwrites cells from the cursor, CR, backspace, tab, newline (also a carriage return, as the terminal driver makes it), cursor moves (CSI A-G, H, f, d, `, a, e, ESC D, E, M, 7, 8), erase in line and display, insert, delete and erase characters; a clear (CSI 2J or 3J, ESC c) empties every line. The HTML of its lines, and where (in characters) the last clear ended, 0 if none. Cursor moves stop at column and row 1000 (or the line''s end, the last line, if further). Other escapes are read and change nothing; wide characters count one column.';
+COMMENT ON FUNCTION shell.ansi_screen(t text, OUT html text, OUT pen shell.ansi_pen) IS 'Text laid out as a terminal with an endless screen shows it: text overwrites cells from the cursor, CR, backspace, tab, newline (also a carriage return, as the terminal driver makes it), cursor moves (CSI A-G, H, f, d, `, a, e, ESC D, E, M, 7, 8), erase in line and display, insert, delete and erase characters; a clear (CSI 2J or 3J, ESC c) empties every line. The HTML of its lines, and the pen it leaves. Cursor moves stop at column and row 1000 (or the line''s end, the last line, if further). Other escapes are read and change nothing; wide characters count one column.';
 
 CREATE FUNCTION shell.ansi_state(t text) RETURNS text
     LANGUAGE sql IMMUTABLE

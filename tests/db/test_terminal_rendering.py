@@ -79,8 +79,9 @@ def _pyte_colour(value: str) -> int | None:
 
 def emulated(text: str) -> list[list[Cell]]:
     screen = pyte.Screen(COLS, ROWS)
-    screen.set_mode(pyte.modes.LNM)  # "\n" as the terminal driver sends it: CR LF
-    pyte.Stream(screen).feed(text)
+    # "\n" as the terminal driver sends it: CR LF (not the LNM mode, which
+    # a reset, ESC c, would turn off).
+    pyte.Stream(screen).feed(text.replace("\n", "\r\n"))
     lines = []
     for row, shown_row in enumerate(screen.display):
         chars = shown_row.rstrip()
@@ -132,6 +133,9 @@ streams = st.lists(st.one_of(text_runs, controls, sgr, line_moves, screen_moves)
 @given(text=streams)
 def test_any_stream_shows_what_a_terminal_shows(conn, text: str) -> None:
     assert shown(render(conn, text)) == emulated(text), repr(text)
+    # Laid out in cells or not, the scan leaves the same state.
+    assert one(conn, "SELECT (shell.ansi_scan(%s, true)).state = shell.ansi_state(%s)",
+               (text, text)), repr(text)
 
 
 CAPTURED = {
