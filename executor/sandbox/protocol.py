@@ -131,6 +131,7 @@ class Conversation:
     state: bytes | None = None
     state_overflow: bool = False
     status: int | None = None
+    oom: bool | None = None
     manifest: list[list[Any]] = field(default_factory=list)
     manifest_done: bool = False
     skipped: list[Any] = field(default_factory=list)
@@ -156,7 +157,9 @@ class Conversation:
         elif kind == b"S":
             self.state_overflow = True
         elif kind == b"x":
-            self.status = int(_json(payload)["status"])
+            report = _json(payload)
+            self.status = int(report["status"])
+            self.oom = report["oom"] if isinstance(report.get("oom"), bool) else None
         elif kind == b"m":
             batch = _json(payload)
             if not isinstance(batch, list):

@@ -295,16 +295,13 @@ class Sandbox:
         exit_code = watch.exit_code
         if reason is None and conversation.status is not None:
             exit_code = conversation.status  # the shell's, even if capture ended later
-        # Only a death by signal can be the OOM killer (or the engine going
-        # away), and only then is the container inspected: it costs a round
-        # trip on the critical path.
+        # Only a death by signal can be the OOM killer (or the engine going away).
         killed = (exit_code >= 128 or exit_code < 0) and reason is None
-        info = self.containers.inspect(container_id) if killed else {}
         if reason in ("timeout", "idle"):
             exit_code = EXIT_TIMEOUT
         elif reason == "cancelled":
             exit_code = EXIT_CANCELLED
-        elif killed and info["State"].get("OOMKilled"):
+        elif killed and self._oom_killed(conversation, container_id):
             reason, exit_code = "oom", EXIT_OOM
 
         if reason in UNFINISHED_WORDS or conversation.status is None:
@@ -346,6 +343,14 @@ class Sandbox:
             skipped_more=conversation.scan.skipped_more,
             capture_note=watch.capture_failure,
         )
+
+    def _oom_killed(self, conversation: Conversation, container_id: str) -> bool:
+        """The supervisor's count of OOM kills when it sent one; else the
+        engine's flag (a round trip, and set by an event that may still be on
+        its way: only for a container whose supervisor could not count)."""
+        if conversation.oom is not None:
+            return conversation.oom
+        return bool(self.containers.inspect(container_id)["State"].get("OOMKilled"))
 
     # -- clean-up ----------------------------------------------------------------
 

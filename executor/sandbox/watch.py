@@ -28,13 +28,14 @@ Frames = queue.Queue[tuple[int, bytes] | None]
 OnOutput = Callable[[str], None]
 
 
-def exit_needed(status: int | None) -> bool:
+def exit_needed(conversation: Conversation) -> bool:
     """Whether a run whose supervisor ended the conversation must still wait
     for its container's exit: when the shell reported no status, or died by
-    a signal (the OOM killer's, which only the engine tells, after the exit).
-    Otherwise the exit (the engine tearing the container down) is not worth
-    a command's time."""
-    return status is None or status >= SIGNALLED
+    a signal that the supervisor could not tell the OOM killer's or not (the
+    engine then tells, after the exit). Otherwise the exit (the engine
+    tearing the container down) is not worth a command's time."""
+    status = conversation.status
+    return status is None or (status >= SIGNALLED and conversation.oom is None)
 
 
 def files_deadline_s(base_s: float, bytes_per_s: int, expected_bytes: int) -> float:
@@ -113,7 +114,7 @@ class Watch:
         exited_at: float | None = None
         last_output = self.started
         while not (stream_done and exited.is_set()):
-            if conversation.ended and self.reason is None and not exit_needed(conversation.status):
+            if conversation.ended and self.reason is None and not exit_needed(conversation):
                 break  # the supervisor has said all it will: the container's exit adds nothing
             now = time.monotonic()
             if ended_at is None and conversation.status is not None:

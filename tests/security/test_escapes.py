@@ -378,6 +378,9 @@ def test_memory_bomb_is_oom_and_the_session_survives(make_daemon, shell):
     assert "survived" not in row["output"]
     row = shell.run("python3 -c 'a = [bytearray(2**20) for _ in range(4096)]; print(\"survived\")'")
     assert (row["status"], row["exit_code"], row["reason"]) == ("failed", 137, "oom"), row
+    # A SIGKILL that is not the OOM killer's is the command's own exit status.
+    row = shell.run("kill -KILL $$")
+    assert (row["status"], row["exit_code"], row["reason"]) == ("done", 137, None), row
     assert daemon.proc.poll() is None
     # The killed commands changed nothing; the session goes on.
     row = ok(shell.run('pwd; echo "$KEPT"'))

@@ -86,6 +86,16 @@ def test_a_whole_conversation() -> None:
     assert receiver.files == {"d/f": b"abc"}
 
 
+@pytest.mark.parametrize(("report", "oom"), [
+    ({"status": 137, "oom": True}, True), ({"status": 137, "oom": False}, False),
+    ({"status": 137}, None), ({"status": 137, "oom": "yes"}, None)])
+def test_the_supervisors_oom_count_is_taken_only_as_a_boolean(report: dict, oom: bool | None,
+                                                              ) -> None:
+    talk = Conversation(OutputCapper(5), None, lambda _reply: None)
+    talk.feed(json_frame(b"x", report))
+    assert (talk.status, talk.oom) == (137, oom)
+
+
 def test_a_manifest_past_the_receivers_cap_is_not_kept() -> None:
     receiver = Receiver(max_entries=3)
     talk = Conversation(OutputCapper(5), receiver, lambda _reply: None)
