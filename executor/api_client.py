@@ -121,8 +121,12 @@ class ApiClient:
     def login(self, username: str, password: str) -> str:
         return str(self.call("login", {"p_username": username, "p_password": password})["token"])
 
-    def create_session(self, name: str | None = None) -> str:
-        return str(self.call("create_session", {"p_name": name} if name is not None else {}))
+    def create_session(self, name: str | None = None, template: str | None = None) -> str:
+        params = {"p_name": name, "p_template": template}
+        return str(self.call("create_session", {k: v for k, v in params.items() if v is not None}))
+
+    def list_templates(self) -> list[dict[str, Any]]:
+        return list(self.call("list_templates"))
 
     def list_sessions(self) -> list[dict[str, Any]]:
         return list(self.call("list_sessions"))

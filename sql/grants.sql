@@ -26,7 +26,8 @@ GRANT EXECUTE ON FUNCTION shell_api.login(text, text) TO shell_anon;
 -- Tenants: the API, plus reading their own rows (row-level security).
 GRANT USAGE ON SCHEMA shell, shell_api TO shell_user;
 GRANT EXECUTE ON FUNCTION
-    shell_api.create_session(text),
+    shell_api.create_session(text, text),
+    shell_api.list_templates(),
     shell_api.list_sessions(),
     shell_api.submit_command(uuid, text, boolean, integer, integer, text),
     shell_api.latest_output(uuid, bigint, integer, bigint, integer),
@@ -135,7 +136,7 @@ GRANT EXECUTE ON FUNCTION
     shell.settle_worker(text, bigint[]),
     shell.live_commands(bigint[]),
     shell.queue_depth(),
-    shell.current_image(),
+    shell.current_images(),
     -- the workspace: blobs and trees in, listings and differences out
     shell.missing_blobs(text[]),
     shell.put_blob_chunk(text, bigint, integer, integer, bytea),
@@ -181,10 +182,13 @@ GRANT EXECUTE ON FUNCTION
     shell.collect_files(interval),
     shell.collect_upload_parts(),
     shell.usage_report(text, timestamptz),
-    -- image rollout (`pg-shell image promote|list|prune`)
-    shell.promote_image(text),
-    shell.current_image(),
-    shell.image_usage()
+    -- image rollout and templates (`pg-shell image promote|list|prune|template`,
+    -- `pg-shell user templates`)
+    shell.promote_image(text, text, bigint),
+    shell.current_images(),
+    shell.image_usage(),
+    shell.define_template(text, text, boolean),
+    shell.set_user_templates(text, text[])
 TO shell_admin;
 GRANT SELECT ON shell.users TO shell_admin;
 

@@ -1019,7 +1019,7 @@ $_$;
 
 COMMENT ON FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) IS 'Checks a worker id (1-200 of A-Z a-z 0-9 _ . : @ -) and a lease of 1-3600 s; 22023 otherwise.';
 
-CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb)
+CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1081,14 +1081,14 @@ BEGIN
         FROM shell.sessions s
         WHERE c.id = head_id AND s.id = c.session_id
         RETURNING c.id, c.session_id, c.user_id, c.command, c.cwd_before, c.env_before, c.attempts,
-                  c.image_digest, c.root_before, c.upload;
+                  c.image_digest, c.root_before, c.upload, s.template;
         claimed := claimed + 1;
     END LOOP;
     CLOSE ready_lanes;
 END
 $$;
 
-COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms. Returns what to run. 22023 for a bad worker id, limit, lease or grace.';
+COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms. Returns what to run, with its session''s template. 22023 for a bad worker id, limit, lease or grace.';
 
 CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '01:00:00'::interval, OUT trees bigint, OUT blobs bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1417,14 +1417,14 @@ $_$;
 
 COMMENT ON FUNCTION shell.create_user(p_username text, p_password text) IS 'Administrator (pg-shell user add): creates a tenant with a bcrypt hash of the password and returns its id. 22023 for an invalid username or a password under 8 characters, 23505 when the user exists.';
 
-CREATE FUNCTION shell.current_image() RETURNS TABLE(digest text, promoted_at timestamp with time zone)
+CREATE FUNCTION shell.current_images() RETURNS TABLE(template text, digest text, promoted_at timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT i.digest, i.promoted_at FROM shell.images i WHERE i.is_current
+    SELECT i.template, i.digest, i.promoted_at FROM shell.images i WHERE i.is_current ORDER BY 1
 $$;
 
-COMMENT ON FUNCTION shell.current_image() IS 'Executor and administrator: the current image (digest, promoted_at), or no row, when executors use PG_SHELL_IMAGE. Cheap enough to poll.';
+COMMENT ON FUNCTION shell.current_images() IS 'Executor and administrator: each template''s current image (template, digest, promoted_at); base has no row when executors use PG_SHELL_IMAGE. Cheap enough to poll.';
 
 CREATE FUNCTION shell.current_user_id() RETURNS uuid
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1452,6 +1452,30 @@ END
 $_$;
 
 COMMENT ON FUNCTION shell.current_user_id() IS 'The signed-in tenant: the subject of request.jwt.claims, for role shell_user and an existing user; 42501 otherwise. Policies and API functions call it.';
+
+CREATE FUNCTION shell.define_template(p_name text, p_description text DEFAULT NULL::text, p_open boolean DEFAULT NULL::boolean) RETURNS TABLE(name text, description text, is_open boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $_$
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9-]{0,39}$' THEN
+        RAISE EXCEPTION 'not a template name: %', coalesce(left(p_name, 100), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'A lowercase letter, then up to 39 lowercase letters, digits or dashes.';
+    END IF;
+    IF length(p_description) > 500 THEN
+        RAISE EXCEPTION 'a template description is at most 500 characters' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    INSERT INTO shell.templates AS t (name, description, is_open)
+    VALUES (p_name, coalesce(p_description, ''), coalesce(p_open, false))
+    ON CONFLICT ON CONSTRAINT templates_pkey DO UPDATE
+        SET description = coalesce(p_description, t.description), is_open = coalesce(p_open, t.is_open)
+    RETURNING t.name, t.description, t.is_open;
+END
+$_$;
+
+COMMENT ON FUNCTION shell.define_template(p_name text, p_description text, p_open boolean) IS 'Administrator (pg-shell image template): creates a template or changes its description and whether every tenant may use it. 22023 for a bad name or a description over 500 characters.';
 
 CREATE FUNCTION shell.drop_stale_uploads(p_user_id uuid) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1506,6 +1530,7 @@ CREATE TABLE shell.sessions (
     last_active_at timestamp with time zone DEFAULT now() NOT NULL,
     root text DEFAULT '4c91b08843fdda8593f1552b5a6f10075310e7773fed804c20e24813c963f26f'::text,
     archived_at timestamp with time zone,
+    template text DEFAULT 'base'::text NOT NULL,
     CONSTRAINT sessions_cwd_check CHECK ((cwd ~~ '/%'::text)),
     CONSTRAINT sessions_env_check CHECK ((jsonb_typeof(env) = 'object'::text)),
     CONSTRAINT sessions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200)))
@@ -1872,7 +1897,7 @@ $$;
 
 COMMENT ON FUNCTION shell.idle_sessions(p_session_ids uuid[], p_idle_before timestamp with time zone) IS 'Administrator (cleanup): of these sessions, those with nothing queued or running and no activity since p_idle_before (their volumes may go).';
 
-CREATE FUNCTION shell.image_usage() RETURNS TABLE(digest text, commands bigint, last_used_at timestamp with time zone, promoted_at timestamp with time zone, is_current boolean)
+CREATE FUNCTION shell.image_usage() RETURNS TABLE(digest text, template text, commands bigint, last_used_at timestamp with time zone, promoted_at timestamp with time zone, is_current boolean)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1883,14 +1908,32 @@ CREATE FUNCTION shell.image_usage() RETURNS TABLE(digest text, commands bigint, 
         WHERE c.image_digest IS NOT NULL
         GROUP BY c.image_digest
     )
-    SELECT coalesce(u.digest, i.digest), coalesce(u.commands, 0), u.last_used_at,
+    SELECT coalesce(u.digest, i.digest), i.template, coalesce(u.commands, 0), u.last_used_at,
            i.promoted_at, coalesce(i.is_current, false)
     FROM used u
     FULL JOIN shell.images i ON i.digest = u.digest
     ORDER BY i.promoted_at DESC NULLS LAST, u.last_used_at DESC NULLS LAST
 $$;
 
-COMMENT ON FUNCTION shell.image_usage() IS 'Administrator (pg-shell image list, prune): every image promoted or used by a kept command, with how many commands, last use and whether it is current. Scans the history.';
+COMMENT ON FUNCTION shell.image_usage() IS 'Administrator (pg-shell image list, prune): every image promoted or used by a kept command, with its template, how many commands, last use and whether it is current. Scans the history.';
+
+CREATE FUNCTION shell.inherit_template() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+BEGIN
+    IF NEW.forked_from_command_id IS NOT NULL THEN
+        SELECT s.template INTO NEW.template
+        FROM shell.commands c JOIN shell.sessions s ON s.id = c.session_id
+        WHERE c.id = NEW.forked_from_command_id;
+    ELSIF NEW.replay_of_session_id IS NOT NULL THEN
+        SELECT s.template INTO NEW.template FROM shell.sessions s WHERE s.id = NEW.replay_of_session_id;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION shell.inherit_template() IS 'Trigger: a fork or a replay runs on its source session''s template.';
 
 CREATE FUNCTION shell.input_delivered(p_command_id bigint, p_worker_id text, p_attempt integer, p_upto_seq integer, p_hidden integer[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2424,29 +2467,42 @@ $$;
 
 COMMENT ON FUNCTION shell.pre_text(html text) IS 'HTML as the content of a <pre>: a leading newline doubled, since a parser drops the first.';
 
-CREATE FUNCTION shell.promote_image(p_digest text) RETURNS TABLE(digest text, promoted_at timestamp with time zone, previous text)
+CREATE FUNCTION shell.promote_image(p_digest text, p_template text DEFAULT 'base'::text, p_size_bytes bigint DEFAULT NULL::bigint) RETURNS TABLE(digest text, template text, promoted_at timestamp with time zone, previous text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $_$
 DECLARE
     old text;
+    owner text;
 BEGIN
     IF p_digest IS NULL OR p_digest !~ '^sha256:[0-9a-f]{64}$' THEN
         RAISE EXCEPTION 'not an image digest: %', coalesce(left(p_digest, 100), 'NULL')
             USING ERRCODE = '22023', HINT = 'Give the image id, sha256: and 64 hex digits.';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM shell.templates t WHERE t.name = p_template) THEN
+        RAISE EXCEPTION 'no template %', coalesce(left(p_template, 100), 'NULL') USING ERRCODE = '22023',
+            HINT = 'Define it first: pg-shell image template NAME.';
+    END IF;
     -- Serializes concurrent promotions (the unique index would fail one).
     LOCK TABLE shell.images IN SHARE ROW EXCLUSIVE MODE;
-    SELECT i.digest INTO old FROM shell.images i WHERE i.is_current;
-    UPDATE shell.images i SET is_current = false WHERE i.is_current AND i.digest <> p_digest;
-    INSERT INTO shell.images AS i (digest, is_current) VALUES (p_digest, true)
+    SELECT i.template INTO owner FROM shell.images i WHERE i.digest = p_digest;
+    IF owner IS DISTINCT FROM p_template AND owner IS NOT NULL THEN
+        RAISE EXCEPTION 'image % is template %''s', p_digest, owner USING ERRCODE = '22023',
+            HINT = 'An image belongs to one template: build one for this template.';
+    END IF;
+    SELECT i.digest INTO old FROM shell.images i WHERE i.is_current AND i.template = p_template;
+    UPDATE shell.images i SET is_current = false
+    WHERE i.is_current AND i.template = p_template AND i.digest <> p_digest;
+    INSERT INTO shell.images AS i (digest, template, size_bytes, is_current)
+    VALUES (p_digest, p_template, p_size_bytes, true)
     ON CONFLICT ON CONSTRAINT images_pkey DO UPDATE
-        SET is_current = true, promoted_at = now(), promoted_by = session_user;
-    RETURN QUERY SELECT i.digest, i.promoted_at, old FROM shell.images i WHERE i.digest = p_digest;
+        SET is_current = true, promoted_at = now(), promoted_by = session_user,
+            size_bytes = coalesce(p_size_bytes, i.size_bytes);
+    RETURN QUERY SELECT i.digest, i.template, i.promoted_at, old FROM shell.images i WHERE i.digest = p_digest;
 END
 $_$;
 
-COMMENT ON FUNCTION shell.promote_image(p_digest text) IS 'Administrator (pg-shell image promote): makes an image (sha256: and 64 hex digits) the current one; returns it with the one it replaced. 22023 for a malformed digest.';
+COMMENT ON FUNCTION shell.promote_image(p_digest text, p_template text, p_size_bytes bigint) IS 'Administrator (pg-shell image promote): makes an image (sha256: and 64 hex digits) the current one of a template (default base); returns it with the one it replaced. 22023 for a malformed digest, an unknown template, or an image that is another template''s.';
 
 CREATE FUNCTION shell.publish_time_limit(p_seconds numeric) RETURNS void
     LANGUAGE sql SECURITY DEFINER
@@ -3179,6 +3235,34 @@ $$;
 
 COMMENT ON FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer, p_max_running integer, p_max_queued integer, p_max_output_mb integer, p_max_files_mb integer, p_max_tree_entries integer, p_max_root_entries integer, p_max_uploads_per_minute integer, p_terminal_idle_s integer, p_terminal_max_s integer, p_max_inputs_per_second integer) IS 'Administrator (pg-shell user quota): sets a user''s quotas and terminal limits (NULL keeps one; output and files in MiB) and returns them all. 22023 for a negative quota, a terminal limit under 1 or an unknown user.';
 
+CREATE FUNCTION shell.set_user_templates(p_username text, p_templates text[]) RETURNS TABLE(template text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target uuid;
+    unknown text;
+BEGIN
+    SELECT u.id INTO target FROM shell.users u WHERE u.username = p_username;
+    IF target IS NULL THEN
+        RAISE EXCEPTION 'no user %', p_username USING ERRCODE = '22023';
+    END IF;
+    SELECT string_agg(n, ', ') INTO unknown
+    FROM unnest(coalesce(p_templates, '{}')) n
+    WHERE NOT EXISTS (SELECT 1 FROM shell.templates t WHERE t.name = n);
+    IF unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'no template %', unknown USING ERRCODE = '22023',
+            HINT = 'Templates: ' || (SELECT string_agg(t.name, ', ' ORDER BY t.name) FROM shell.templates t) || '.';
+    END IF;
+    DELETE FROM shell.template_grants g WHERE g.user_id = target;
+    INSERT INTO shell.template_grants (user_id, template)
+    SELECT DISTINCT target, n FROM unnest(coalesce(p_templates, '{}')) n;
+    RETURN QUERY SELECT g.template FROM shell.template_grants g WHERE g.user_id = target ORDER BY 1;
+END
+$$;
+
+COMMENT ON FUNCTION shell.set_user_templates(p_username text, p_templates text[]) IS 'Administrator (pg-shell user templates): the templates beyond the open ones a user may use, replacing the previous grant. 22023 for an unknown user or template.';
+
 CREATE FUNCTION shell.settle_worker(p_worker_id text, p_started_ids bigint[] DEFAULT '{}'::bigint[]) RETURNS TABLE(command_id bigint, status text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -3569,6 +3653,21 @@ $$;
 
 COMMENT ON FUNCTION shell.unheld_trees(p_user_id uuid, p_root text) IS 'The trees below a root, itself included, that the user does not hold yet; the walk stops at held ones.';
 
+CREATE FUNCTION shell.usable_templates(p_user_id uuid) RETURNS TABLE(name text, description text, digest text, size_bytes bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT t.name, t.description, i.digest, i.size_bytes
+    FROM shell.templates t
+    LEFT JOIN shell.images i ON i.template = t.name AND i.is_current
+    WHERE (t.is_open OR EXISTS (SELECT 1 FROM shell.template_grants g
+                                WHERE g.user_id = p_user_id AND g.template = t.name))
+      AND (t.name = 'base' OR i.digest IS NOT NULL)
+    ORDER BY t.name = 'base' DESC, t.name
+$$;
+
+COMMENT ON FUNCTION shell.usable_templates(p_user_id uuid) IS 'The templates a user may use: open or granted, with a current image (base always).';
+
 CREATE FUNCTION shell.usage_report(p_consumer text DEFAULT 'default'::text, p_since timestamp with time zone DEFAULT (now() - '1 day'::interval)) RETURNS TABLE(user_id uuid, username text, commands bigint, run_ms bigint, output_bytes bigint, from_time timestamp with time zone, until_time timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -3791,14 +3890,27 @@ $$;
 
 COMMENT ON FUNCTION shell_api.command_limits() IS '{"time_limit_s": n}: the command time limit the executors published (null before any started).';
 
-CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text) RETURNS uuid
-    LANGUAGE sql SECURITY DEFINER
+CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text, p_template text DEFAULT NULL::text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT shell.new_session((SELECT shell.current_user_id()), p_name, '/home/sandbox', '{}'::jsonb)
+DECLARE
+    me uuid := shell.current_user_id();
+    chosen text := coalesce(p_template, 'base');
+    new_id uuid;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM shell.usable_templates(me) t WHERE t.name = chosen) THEN
+        RAISE EXCEPTION 'no template %', left(chosen, 100) USING ERRCODE = '22023',
+            HINT = 'Templates you may use: '
+                   || (SELECT string_agg(t.name, ', ') FROM shell.usable_templates(me) t) || '.';
+    END IF;
+    new_id := shell.new_session(me, p_name, '/home/sandbox', '{}'::jsonb);
+    UPDATE shell.sessions s SET template = chosen WHERE s.id = new_id;
+    RETURN new_id;
+END
 $$;
 
-COMMENT ON FUNCTION shell_api.create_session(p_name text) IS 'Starts a new session of the caller (home /home/sandbox, no files), optionally named, and returns its id. 22023 for a name not 1-200 characters, PT429 when max_sessions unarchived sessions exist.';
+COMMENT ON FUNCTION shell_api.create_session(p_name text, p_template text) IS 'Starts a new session of the caller (home /home/sandbox, no files) on a template (default base), optionally named, and returns its id. 22023 for a name not 1-200 characters or a template the caller may not use (the hint lists those it may), PT429 when max_sessions unarchived sessions exist.';
 
 CREATE FUNCTION shell_api.fork_session(p_source_command_id bigint) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3866,6 +3978,15 @@ CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd 
 $$;
 
 COMMENT ON FUNCTION shell_api.list_sessions() IS 'The caller''s sessions that are not archived, most recently active first, with where each came from: the command and session it was forked from, the session it replays.';
+
+CREATE FUNCTION shell_api.list_templates() RETURNS TABLE(name text, description text, digest text, size_bytes bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT * FROM shell.usable_templates((SELECT shell.current_user_id()))
+$$;
+
+COMMENT ON FUNCTION shell_api.list_templates() IS 'The templates the caller may start a session on: name, description, current image digest (null for base when executors use PG_SHELL_IMAGE) and its size in bytes when known.';
 
 CREATE FUNCTION shell_api.login(p_username text, p_password text) RETURNS json
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4728,7 +4849,10 @@ CREATE TABLE shell.images (
     promoted_at timestamp with time zone DEFAULT now() NOT NULL,
     promoted_by text DEFAULT SESSION_USER NOT NULL,
     is_current boolean DEFAULT false NOT NULL,
-    CONSTRAINT images_digest_check CHECK ((digest ~ '^sha256:[0-9a-f]{64}$'::text))
+    template text DEFAULT 'base'::text NOT NULL,
+    size_bytes bigint,
+    CONSTRAINT images_digest_check CHECK ((digest ~ '^sha256:[0-9a-f]{64}$'::text)),
+    CONSTRAINT images_size_bytes_check CHECK ((size_bytes >= 0))
 );
 
 COMMENT ON TABLE shell.images IS 'Sandbox images administrators promoted; at most one is current.';
@@ -4804,6 +4928,24 @@ CREATE TABLE shell.signing_keys (
 );
 
 COMMENT ON TABLE shell.signing_keys IS 'Public Ed25519 keys of executors and the cleanup agent, which sign result records and checkpoints.';
+
+CREATE TABLE shell.template_grants (
+    user_id uuid NOT NULL,
+    template text NOT NULL
+);
+
+COMMENT ON TABLE shell.template_grants IS 'Which users may use which templates that are not open.';
+
+CREATE TABLE shell.templates (
+    name text NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    is_open boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT templates_description_check CHECK ((length(description) <= 500)),
+    CONSTRAINT templates_name_check CHECK ((name ~ '^[a-z][a-z0-9-]{0,39}$'::text))
+);
+
+COMMENT ON TABLE shell.templates IS 'Sandbox images offered to tenants, by name; each has its own current image in shell.images.';
 
 CREATE TABLE shell.trees (
     hash text NOT NULL,
@@ -4931,6 +5073,12 @@ ALTER TABLE ONLY shell.signing_keys
 ALTER TABLE ONLY shell.signing_keys
     ADD CONSTRAINT signing_keys_public_key_key UNIQUE (public_key);
 
+ALTER TABLE ONLY shell.template_grants
+    ADD CONSTRAINT template_grants_pkey PRIMARY KEY (user_id, template);
+
+ALTER TABLE ONLY shell.templates
+    ADD CONSTRAINT templates_pkey PRIMARY KEY (name);
+
 ALTER TABLE ONLY shell.tree_entries
     ADD CONSTRAINT tree_entries_pkey PRIMARY KEY (tree, name);
 
@@ -4975,7 +5123,7 @@ CREATE INDEX commands_unfinished_user ON shell.commands USING btree (user_id) WH
 
 CREATE INDEX commands_user_output ON shell.commands USING btree (user_id) INCLUDE (output_bytes);
 
-CREATE UNIQUE INDEX images_one_current ON shell.images USING btree (is_current) WHERE is_current;
+CREATE UNIQUE INDEX images_one_current ON shell.images USING btree (template) WHERE is_current;
 
 CREATE INDEX lanes_ready ON shell.lanes USING btree (ready_since) WHERE ((pending > 0) AND (active_command_id IS NULL));
 
@@ -5004,6 +5152,8 @@ CREATE TRIGGER lanes_notify_change AFTER UPDATE OF change_seq ON shell.lanes FOR
 CREATE TRIGGER output_chunks_append_only BEFORE UPDATE ON shell.output_chunks FOR EACH ROW EXECUTE FUNCTION shell.forbid_change();
 
 CREATE TRIGGER sessions_hold_root AFTER INSERT OR DELETE OR UPDATE OF root ON shell.sessions FOR EACH ROW EXECUTE FUNCTION shell.hold_session_root();
+
+CREATE TRIGGER sessions_inherit_template BEFORE INSERT ON shell.sessions FOR EACH ROW EXECUTE FUNCTION shell.inherit_template();
 
 CREATE TRIGGER tree_entries_counted AFTER INSERT ON shell.tree_entries REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION shell.count_tree_entries();
 
@@ -5034,6 +5184,9 @@ ALTER TABLE ONLY shell.commands
 ALTER TABLE ONLY shell.file_usage
     ADD CONSTRAINT file_usage_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id);
 
+ALTER TABLE ONLY shell.images
+    ADD CONSTRAINT images_template_fkey FOREIGN KEY (template) REFERENCES shell.templates(name);
+
 ALTER TABLE ONLY shell.lanes
     ADD CONSTRAINT lanes_session_id_fkey FOREIGN KEY (session_id) REFERENCES shell.sessions(id);
 
@@ -5053,7 +5206,16 @@ ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_root_fkey FOREIGN KEY (root) REFERENCES shell.trees(hash);
 
 ALTER TABLE ONLY shell.sessions
+    ADD CONSTRAINT sessions_template_fkey FOREIGN KEY (template) REFERENCES shell.templates(name);
+
+ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id);
+
+ALTER TABLE ONLY shell.template_grants
+    ADD CONSTRAINT template_grants_template_fkey FOREIGN KEY (template) REFERENCES shell.templates(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY shell.template_grants
+    ADD CONSTRAINT template_grants_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY shell.tree_entries
     ADD CONSTRAINT tree_entries_tree_fkey FOREIGN KEY (tree) REFERENCES shell.trees(hash) ON DELETE CASCADE;
@@ -5104,6 +5266,10 @@ ALTER TABLE shell.sessions ENABLE ROW LEVEL SECURITY;
 CREATE POLICY sessions_owner ON shell.sessions FOR SELECT TO shell_user USING ((user_id = ( SELECT shell.current_user_id() AS current_user_id)));
 
 ALTER TABLE shell.signing_keys ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.template_grants ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE shell.templates ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE shell.tree_entries ENABLE ROW LEVEL SECURITY;
 

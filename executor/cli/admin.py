@@ -75,6 +75,14 @@ def register(commands: Commands) -> None:
     quota.add_argument("--json", action="store_true", help="print JSON")
     quota.set_defaults(handler=cmd_user_quota)
 
+    templates = user_commands.add_parser(
+        "templates", help="set the templates a user may use besides the open ones",
+        description="Grant the user exactly these templates (none: only the open ones), "
+                    "replacing the previous grant. Prints what the user is granted.")
+    templates.add_argument("username")
+    templates.add_argument("templates", nargs="*", metavar="TEMPLATE")
+    templates.set_defaults(handler=cmd_user_templates)
+
     executor = commands.add_parser(
         "executor", help="run the executor daemon",
         description="Claim commands from the database and run each in a fresh container. "
@@ -138,6 +146,14 @@ def cmd_user_quota(args: argparse.Namespace, settings: Settings) -> int:
           f"{row['max_root_entries']} a home, {row['max_uploads_per_minute']} uploads a minute, "
           f"terminals idle {row['terminal_idle_s']} s and at most {row['terminal_max_s']} s, "
           f"{row['max_inputs_per_second']} inputs a second")
+    return 0
+
+
+def cmd_user_templates(args: argparse.Namespace, settings: Settings) -> int:
+    with as_admin(settings.require_database_url(), "user templates") as db:
+        granted = db_admin.set_templates(db, args.username, args.templates)
+    print(f"{args.username} may use the open templates"
+          + (f" and {', '.join(granted)}" if granted else " only"))
     return 0
 
 

@@ -125,9 +125,19 @@ def _register_account(commands: Commands) -> None:
     new = add_command(commands, "new", "create a session and print its id",
                       "Create a session (its own home directory, cwd and environment) and print "
                       "its id.",
-                      "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)")
+                      "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)\n"
+                      "  pg-shell new --template dev build")
     new.add_argument("name", nargs="?", metavar="NAME", help="a name to recognise it by")
+    new.add_argument("--template", metavar="TEMPLATE",
+                     help="the image it runs on (default base; `pg-shell templates` lists yours)")
     new.set_defaults(handler=cmd_new)
+
+    templates = add_command(commands, "templates", "list the templates you may start a session on",
+                            "List the templates (sandbox images) you may start a session on, "
+                            "with what each has and its image.",
+                            "  pg-shell templates\n  pg-shell new --template python-data")
+    templates.add_argument("--json", action="store_true", help="print JSON")
+    templates.set_defaults(handler=cmd_templates)
 
 
 def _register_commands(commands: Commands) -> None:
@@ -285,7 +295,19 @@ def cmd_sessions(args: argparse.Namespace, settings: ClientSettings) -> int:
 
 def cmd_new(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
-        print(client.create_session(args.name))
+        print(client.create_session(args.name, args.template))
+    return 0
+
+
+def cmd_templates(args: argparse.Namespace, settings: ClientSettings) -> int:
+    with api(settings) as client:
+        rows = client.list_templates()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        size = f"{row['size_bytes'] / 1e6:.0f} MB" if row["size_bytes"] else ""
+        print(f"{row['name']:<16} {size:>8}  {row['description']}".rstrip())
     return 0
 
 

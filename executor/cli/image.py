@@ -20,19 +20,45 @@ from executor.errors import PgShellError
 
 def register(commands: Commands) -> None:
     image = commands.add_parser(
-        "image", help="roll out and build sandbox images (over DATABASE_URL and the Docker "
-                      "engine)",
-        description="Promote a new sandbox image, list images and what ran on them, prune old "
-                    "ones. Running executors start new commands on the promoted image within one "
+        "image", help="roll out and build sandbox images and templates (over DATABASE_URL "
+                      "and the Docker engine)",
+        description="Build and promote sandbox images (one current image per template), define "
+                    "templates, list images and what ran on them, prune old ones. Running "
+                    "executors start new commands on the promoted image within one "
                     "maintenance round (PG_SHELL_HEARTBEAT_INTERVAL_S); running commands finish on "
                     "the image they started on.")
     actions = image.add_subparsers(dest="image_command", metavar="ACTION", required=True)
     promote = actions.add_parser(
-        "promote", help="make an image the current one",
-        description="Record the image (an id, sha256:…, or a repo:tag on this engine) as current. "
-                    "It must exist on this engine; load it on every executor's engine first.")
+        "promote", help="make an image the current one of a template",
+        description="Record the image (an id, sha256:…, or a repo:tag on this engine) as the "
+                    "current one of a template (default base). It must exist on this engine "
+                    "(load it on every executor's engine first) and pass the checks: its "
+                    "supervisor speaks this release's protocol, it has the sandbox user's home, "
+                    "and no set-uid or set-gid file.",
+        epilog="examples:\n  pg-shell image promote $(ops/build-sandbox-image | tail -1)\n"
+               "  pg-shell image template dev --description 'git, gcc, node' --open\n"
+               "  pg-shell image promote --template dev pg-shell-sandbox:dev",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     promote.add_argument("image", metavar="DIGEST")
+    promote.add_argument("--template", default="base", metavar="NAME",
+                         help="the template it becomes the image of (default base; define it "
+                              "first with `pg-shell image template`)")
     promote.set_defaults(handler=cmd_promote)
+    template = actions.add_parser(
+        "template", help="define a template, or change its description or who may use it",
+        description="Create a template (a name sessions are made on: `pg-shell new --template "
+                    "NAME`), or change an existing one. A template is usable once an image was "
+                    "promoted for it; --open lets every user use it, else only the users "
+                    "`pg-shell user templates` names. Build its image with "
+                    "`ops/build-sandbox-image NAME` (sandbox-image/templates/NAME).")
+    template.add_argument("name", metavar="NAME")
+    template.add_argument("--description", help="one line tenants see in the template list")
+    opened = template.add_mutually_exclusive_group()
+    opened.add_argument("--open", dest="is_open", action="store_true", default=None,
+                        help="every user may use it")
+    opened.add_argument("--closed", dest="is_open", action="store_false",
+                        help="only users granted it may use it (the default for a new one)")
+    template.set_defaults(handler=cmd_template)
     listing = actions.add_parser(
         "list", help="images on the engine and/or promoted, with how many commands ran on each",
         description="Every image of the repository on this engine, every promoted image and every "
@@ -53,10 +79,15 @@ def register(commands: Commands) -> None:
     prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     prune.set_defaults(handler=cmd_prune)
     build = actions.add_parser(
-        "build", help="build the sandbox image from the files installed with pg-shell",
+        "build", help="build the sandbox image, or a template's, from the files installed "
+                      "with pg-shell",
         description="Build the image every command runs in (a debootstrap'd base, then the "
-                    "Dockerfile shipped with pg-shell) unless an identical one exists; print its "
-                    "id last. Needs root and debootstrap for the base. Promote it afterwards.")
+                    "Dockerfile shipped with pg-shell) unless an identical one exists; with "
+                    "--template, then the template's image FROM it. Print its id last. Needs "
+                    "root and debootstrap for the base. Promote it afterwards.")
+    build.add_argument("--template", default="base", metavar="NAME",
+                       help="a shipped template (dev, python-data) or a directory with a "
+                            "Dockerfile (default base)")
     build.set_defaults(handler=cmd_build)
 
 
@@ -96,11 +127,24 @@ def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
     except ImageNotFound as exc:
         raise PgShellError(f"{exc}: not promoted (build or load it on every executor's engine "
                            "first)") from exc
+    problems = engine.problems(found)
+    if problems:
+        raise PgShellError(f"image {found.digest} is not promoted: {'; '.join(problems)}")
     with as_admin(settings.require_database_url(), "image promote") as db:
-        row = db_images.promote(db, found.digest)
+        row = db_images.promote(db, found.digest, args.template, found.size)
     previous = row["previous"]
     print(f"promoted {found.digest}" + (f" ({', '.join(found.tags)})" if found.tags else "")
+          + f" for template {row['template']}"
           + (f", replacing {previous}" if previous and previous != found.digest else ""))
+    return 0
+
+
+def cmd_template(args: argparse.Namespace, settings: Settings) -> int:
+    with as_admin(settings.require_database_url(), "image template") as db:
+        row = db_images.define_template(db, args.name, args.description, args.is_open)
+    who = "open to every user" if row["is_open"] else "for users granted it"
+    print(f"template {row['name']}: {who}" + (f"; {row['description']}" if row["description"]
+                                               else ""))
     return 0
 
 
@@ -123,6 +167,7 @@ def _rows(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[
             "on_engine": image is not None,
             "in_repository": digest in on_engine,
             "created": _iso(image.created) if image else None,
+            "template": used.get("template"),
             "promoted_at": _text(used.get("promoted_at")),
             "current": bool(used.get("is_current")),
             "commands": int(used.get("commands") or 0),
@@ -141,13 +186,15 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if not rows:
         print(f"no images: nothing in {repository} on this engine, nothing promoted or used")
         return 0
-    print(f"{'':1} {'IMAGE':19} {'ENGINE':6} {'COMMANDS':>8}  {'PROMOTED':25} TAGS")
+    print(f"{'':1} {'IMAGE':19} {'TEMPLATE':12} {'ENGINE':6} {'COMMANDS':>8}  {'PROMOTED':25} "
+          "TAGS")
     for row in rows:
         print(f"{'*' if row['current'] else ' ':1} {row['digest'][:19]:19} "
-              f"{'yes' if row['on_engine'] else 'gone':6} {row['commands']:>8}  "
-              f"{(row['promoted_at'] or '-')[:25]:25} {', '.join(row['tags']) or '-'}")
+              f"{(row['template'] or '-')[:12]:12} {'yes' if row['on_engine'] else 'gone':6} "
+              f"{row['commands']:>8}  {(row['promoted_at'] or '-')[:25]:25} "
+              f"{', '.join(row['tags']) or '-'}")
     if any(row["current"] for row in rows):
-        print("* current (new commands run on it)")
+        print("* current (its template's new commands run on it)")
     return 0
 
 
@@ -210,4 +257,4 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
     env = dict(os.environ)
     if settings.docker_host:  # the engine the executor uses, as the docker CLI spells it
         env["DOCKER_HOST"] = settings.docker_host
-    return subprocess.run(["bash", str(script)], env=env, check=False).returncode
+    return subprocess.run(["bash", str(script), args.template], env=env, check=False).returncode

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "login": ("client", "log in and save the token"),
     "sessions": ("client", "list your sessions"),
     "new": ("client", "create a session and print its id"),
+    "templates": ("client", "list the templates you may start a session on"),
     "run": ("client", "run a command and stream its output"),
     "attach": ("client", "join a running terminal command"),
     "tail": ("client", "show the last commands; -f follows new ones"),
@@ -45,8 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cleanup": ("cleanup", "run the housekeeping daemon (retention, idle volumes)"),
     "play": ("play", "play a command's output back with its original timing"),
     "usage": ("usage", "per-user usage since the last report (over DATABASE_URL)"),
-    "image": ("image", "roll out and build sandbox images (over DATABASE_URL and the Docker "
-                       "engine)"),
+    "image": ("image", "roll out and build sandbox images and templates (over DATABASE_URL "
+                       "and the Docker engine)"),
 }
 
 

@@ -33,3 +33,9 @@ def usage_report(db: Connector, consumer: str, since: Any) -> list[dict[str, Any
     """Usage per user since the consumer's watermark, which the same call
     (one transaction) moves past what it reports."""
     return db.call("SELECT * FROM shell.usage_report(%s, %s)", (consumer, since))
+
+
+def set_templates(db: Connector, username: str, templates: list[str]) -> list[str]:
+    """Grants ``username`` exactly ``templates`` (besides the open ones); returns them."""
+    rows = db.call("SELECT template FROM shell.set_user_templates(%s, %s)", (username, templates))
+    return [str(r["template"]) for r in rows]

@@ -26,6 +26,7 @@ class ClaimedCommand:
     image_digest: str | None
     root: str | None = None  # the session's files when claimed (None: from before the workspace)
     upload: dict[str, Any] | None = None  # an upload to apply instead of a command to run
+    template: str = "base"  # the session's: which image family it runs on
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,8 @@ class ExecutorDatabase(Database):
         rows = self.call("SELECT id FROM shell.live_commands(%s::bigint[]) AS id", (command_ids,))
         return {r["id"] for r in rows}
 
-    def current_image(self) -> tuple[str, str] | None:
-        """The promoted image (digest, promoted_at as text), if any."""
-        rows = self.call(
-            "SELECT digest, promoted_at::text AS promoted_at FROM shell.current_image()")
-        return (str(rows[0]["digest"]), str(rows[0]["promoted_at"])) if rows else None
+    def current_images(self) -> list[tuple[str, str, str]]:
+        """Each template's promoted image: (template, digest, promoted_at as text)."""
+        rows = self.call("SELECT template, digest, promoted_at::text AS promoted_at "
+                         "FROM shell.current_images()")
+        return [(str(r["template"]), str(r["digest"]), str(r["promoted_at"])) for r in rows]

@@ -1,5 +1,6 @@
 """The sandbox images on an engine, for `pg-shell image …`: resolve a
-reference to its immutable id, list one repository's images, remove tags.
+reference to its immutable id, check it before a promotion, list one
+repository's images, remove tags.
 
 Only images tagged in the given repository are ever listed or removed, so
 other images on a shared engine are never touched.
@@ -14,6 +15,7 @@ import docker.errors
 
 from .engine import ENGINE_ERRORS, connect, engine_error
 from .errors import ImageNotFound, SandboxError
+from .image_check import image_problems
 
 DEFAULT_REPOSITORY = "pg-shell-sandbox"
 
@@ -59,6 +61,10 @@ class Images:
             raise engine_error(exc, f"inspect image {reference}") from exc
         return EngineImage(str(info["Id"]), tuple(info.get("RepoTags") or ()),
                            _created(info.get("Created")), int(info.get("Size") or 0))
+
+    def problems(self, image: EngineImage) -> list[str]:
+        """Why ``image`` may not be promoted (empty: it may); see image_check."""
+        return image_problems(self._client, image.digest)
 
     def exists(self, digest: str) -> bool:
         try:

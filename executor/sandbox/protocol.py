@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from .output import OutputCapper
 
+# The supervisor's PROTOCOL this end speaks (an image with another is refused as a template's).
+PROTOCOL = 1
 HEADER = struct.Struct(">cI")
 MAX_PAYLOAD = 8 * 1024 * 1024  # a manifest batch is at most ~300 KiB; output frames are 64 KiB
 MAX_SKIPPED = 100  # the scan's skipped entries kept (the M frame lists as many)

@@ -120,7 +120,12 @@ class CommandLife:
             store.complete_upload(cmd.command_id, self._worker_id, cmd.attempt)
             log.info("applied upload command_id=%s", cmd.command_id)
             return
-        default_image = self._images.current  # a promotion meanwhile applies to the next command
+        # A promotion meanwhile applies to the next command.
+        default_image = self._images.of_template(cmd.template)
+        if default_image is None:
+            self._complete_unstarted(db, run, f"template {cmd.template} has no image on this "
+                                              "host: its image was never loaded here")
+            return
         image = self._images.for_command(cmd, default_image)
         interaction = self._interaction(db, run)
         save_output = metrics.counting_output(
@@ -236,7 +241,8 @@ class CommandLife:
             input_sha256=run.input_sha256))
         self._files.committed(cmd.session_id, files)
         if result.reason is None:  # the session is in use: its next command starts warm
-            self._warm.prepare(cmd.session_id, self._images.current, cmd.user_id,
+            image = self._images.of_template(cmd.template) or progress.default_image
+            self._warm.prepare(cmd.session_id, image, cmd.user_id,
                                files.root_after is not None)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)

@@ -272,7 +272,7 @@ class Worker:
                 self._heartbeat(db)
                 if self._images is not None:
                     self._images.follow(db)
-                    self._warm.keep_only(self._images.current)
+                    self._warm.keep_only(self._images.images())
                     self._warm.expire()
                 now = time.monotonic()
                 if now - last_expiry >= self.settings.lease_s / 2:

@@ -283,9 +283,9 @@ class WarmPool:
             starting.wait(TAKE_WAIT_S)
         self._drop(lambda started: started.session_id == session_id, "archived")
 
-    def keep_only(self, image: str) -> None:
-        """After a promotion: containers of another image will not be used."""
-        self._drop(lambda started: started.image != image, "promotion")
+    def keep_only(self, images: set[str]) -> None:
+        """After a promotion: containers of an image no template starts on will not be used."""
+        self._drop(lambda started: started.image not in images, "promotion")
 
     def reap(self, ended: Callable[[list[str]], set[str]]) -> list[str]:
         """Removes warm containers on the engine that no pool holds (left by

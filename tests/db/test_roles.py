@@ -35,6 +35,7 @@ TENANT_FUNCTIONS = (
     "upload_part", "upload_finish", "upload_discard", "read_file_part",
     "send_input", "close_input", "resize_terminal", "command_input",
     "sessions_html", "session_lineage_html", "session_files_html", "replay_comparison_html",
+    "list_templates",
 )
 UPLOAD_ID = "00000000-0000-4000-8000-000000000023"
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
@@ -49,7 +50,7 @@ EXECUTOR_CALLS = {
     "settle_worker": "SELECT * FROM shell.settle_worker('w', '{}')",
     "live_commands": "SELECT * FROM shell.live_commands(ARRAY[1]::bigint[])",
     "queue_depth": "SELECT shell.queue_depth()",
-    "current_image": "SELECT * FROM shell.current_image()",
+    "current_images": "SELECT * FROM shell.current_images()",
     "missing_blobs": "SELECT * FROM shell.missing_blobs(ARRAY['x'])",
     "put_blob_chunk": "SELECT shell.put_blob_chunk(repeat('a', 64), 1, 1, 0, 'x')",
     "blob_chunk": "SELECT shell.blob_chunk('x', 0)",
@@ -69,6 +70,8 @@ ADMIN_CALLS = {
     "usage_report": "SELECT * FROM shell.usage_report('mallory')",
     "promote_image": "SELECT * FROM shell.promote_image('sha256:' || repeat('a', 64))",
     "image_usage": "SELECT * FROM shell.image_usage()",
+    "define_template": "SELECT * FROM shell.define_template('mine', 'x', true)",
+    "set_user_templates": "SELECT * FROM shell.set_user_templates('alice', ARRAY['base'])",
     "collect_files": "SELECT * FROM shell.collect_files('1 hour')",
     "audit_input": "SELECT * FROM shell.audit_input(%(bob_session)s::uuid)",
 }
@@ -85,6 +88,7 @@ INTERNAL_CALLS = {
     "held_command": "SELECT shell.held_command(1, 'w', 1)",
     "add_input": "SELECT shell.add_input(c, 'data', 'x') FROM shell.commands c",
     "input_target": "SELECT shell.input_target(%(bob_command)s)",
+    "usable_templates": "SELECT * FROM shell.usable_templates(%(bob)s::uuid)",
 }
 
 
@@ -124,6 +128,7 @@ def api_call(name: str, session: str, command: int,
         "login": ("SELECT shell_api.login('alice', %s)", (PASSWORD,)),
         "create_session": ("SELECT shell_api.create_session('new')", ()),
         "list_sessions": ("SELECT * FROM shell_api.list_sessions()", ()),
+        "list_templates": ("SELECT * FROM shell_api.list_templates()", ()),
         "submit_command": ("SELECT shell_api.submit_command(%s, 'echo more')", (session,)),
         "latest_output": ("SELECT * FROM shell_api.latest_output(%s)", (session,)),
         "latest_output_html": ("SELECT shell_api.latest_output_html(%s)", (session,)),
@@ -537,7 +542,8 @@ def test_the_executor_cannot_call_the_tenant_api(db, world, name):
 
 @pytest.mark.parametrize("table",
                          ["users", "sessions", "lanes", "commands", "output_chunks", "config",
-                          "migrations", "images", "command_input", "secret_input"])
+                          "migrations", "images", "command_input", "secret_input",
+                          "templates", "template_grants"])
 def test_the_executor_cannot_read_tables(db, world, table):
     assert sqlstate(executor(db), f"SELECT * FROM shell.{table}") == (
         "42501", f"permission denied for table {table}")

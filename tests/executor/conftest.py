@@ -27,9 +27,10 @@ TERMINAL = {"done", "failed", "cancelled"}
 class Shell:
     """A tenant's session, driven through the SQL API as PostgREST would."""
 
-    def __init__(self, dsn: str, user_id: str) -> None:
+    def __init__(self, dsn: str, user_id: str, template: str | None = None) -> None:
         self.conn = tenant(dsn, user_id)
-        self.session_id = one(self.conn, "SELECT shell_api.create_session('test')")
+        self.session_id = one(self.conn, "SELECT shell_api.create_session('test', %s)",
+                              (template,))
 
     def submit(self, command: str) -> int:
         return one(self.conn, "SELECT shell_api.submit_command(%s, %s)", (self.session_id, command))
@@ -62,10 +63,10 @@ class Shell:
 def make_shell(db: str) -> Callable[[str], Shell]:
     users: dict[str, str] = {}
 
-    def make(username: str = "alice") -> Shell:
+    def make(username: str = "alice", template: str | None = None) -> Shell:
         if username not in users:
             users[username] = create_user(db, username)
-        return Shell(db, users[username])
+        return Shell(db, users[username], template)
 
     return make
 

@@ -15,9 +15,10 @@ pytestmark = [pytest.mark.postgres, pytest.mark.docker]
 
 
 def current_image(db: str) -> list[dict]:
+    """The base template's current image (a row, or none)."""
     conn = connect_as(db, "shell_admin")
     try:
-        return call(conn, "SELECT * FROM shell.current_image()")
+        return call(conn, "SELECT * FROM shell.current_images() WHERE template = 'base'")
     finally:
         conn.close()
 
