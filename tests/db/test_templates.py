@@ -30,7 +30,8 @@ def operator(db):
 
 
 def offer(operator, name: str, digest: str = DIGEST, *, is_open: bool = False) -> None:
-    call(operator, "SELECT * FROM shell.define_template(%s, %s, %s)", (name, f"{name} tools", is_open))
+    call(operator, "SELECT * FROM shell.define_template(%s, %s, %s)",
+         (name, f"{name} tools", is_open))
     call(operator, "SELECT * FROM shell.promote_image(%s, %s, 1000)", (digest, name))
 
 
@@ -53,7 +54,8 @@ def test_a_closed_template_is_refused_as_unknown_until_granted(db, alice, operat
     forbidden = error_of(alice, "SELECT shell_api.create_session('x', 'dev')")
     unknown = error_of(alice, "SELECT shell_api.create_session('x', 'zzz')")
     assert (forbidden.pgcode, forbidden.diag.message_primary) == ("22023", "no template dev")
-    assert forbidden.diag.message_hint == unknown.diag.message_hint == "Templates you may use: base."
+    hint = "Templates you may use: base."
+    assert forbidden.diag.message_hint == unknown.diag.message_hint == hint
 
     assert call(operator, "SELECT * FROM shell.set_user_templates('alice', ARRAY['dev'])") == [
         {"template": "dev"}]

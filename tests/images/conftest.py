@@ -31,8 +31,10 @@ class Variants:
         self.base = base
         self.repository = f"pgtest-sandbox-{secrets.token_hex(4)}"
 
-    def build(self, name: str) -> str:
-        dockerfile = f"FROM {self.base}\nLABEL pg-shell.test-variant={name}\n"
+    def build(self, name: str, *lines: str) -> str:
+        """The base with a label, then ``lines`` (Dockerfile instructions)."""
+        dockerfile = "\n".join([f"FROM {self.base}", f"LABEL pg-shell.test-variant={name}",
+                                 *lines, ""])
         # The SDK's build is the classic builder: it never pulls a local base.
         image, _ = self.client.images.build(fileobj=io.BytesIO(dockerfile.encode()),
                                             tag=f"{self.repository}:{name}", rm=True, pull=False)
