@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    DEFAULT_IMAGE,
     TERMINAL,
     Report,
     add_dsn_option,
@@ -56,7 +57,7 @@ from bench.common import (
 )
 from executor.sandbox.hardening import SANDBOX_GID, SANDBOX_UID
 from tests.daemon import Daemon, executor_env
-from tests.support import call
+from tests.support import call, connect_as
 
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"  # the image's sandbox user, as the executor runs it
 # The executor's defaults (executor/config.py), as docker run flags.
@@ -94,8 +95,9 @@ def reference_run(image: str, command: str = "echo hi") -> float:
 class Tenant:
     """The bench user's connection, acting as PostgREST would."""
 
-    def __init__(self, dsn: str, user_id: str) -> None:
+    def __init__(self, dsn: str, user_id: str, template: str | None = None) -> None:
         self.conn = tenant_connection(dsn, user_id)
+        self.template = template
 
     def one(self, sql: str, params: object = None) -> Any:
         # A plain cursor: this is the tight loop that waits for a command.
@@ -106,7 +108,7 @@ class Tenant:
             return row[0]
 
     def session(self) -> str:
-        return str(self.one("SELECT shell_api.create_session('bench')"))
+        return str(self.one("SELECT shell_api.create_session('bench', %s)", (self.template,)))
 
     def submit(self, session_id: str, command: str) -> int:
         return int(self.one("SELECT shell_api.submit_command(%s, %s)", (session_id, command)))
@@ -135,6 +137,16 @@ class Tenant:
                    extract(epoch FROM started_at - claimed_at) * 1000 AS start_ms,
                    extract(epoch FROM completed_at - started_at) * 1000 AS run_ms
             FROM shell.commands c WHERE id = ANY(%s) ORDER BY id""", (ids,))
+
+
+def offer_template(dsn: str, name: str, image: str) -> None:
+    """``image`` as the current image of template ``name``, open to every user."""
+    admin = connect_as(dsn, "shell_admin")
+    try:
+        call(admin, "SELECT * FROM shell.define_template(%s, 'bench', true)", (name,))
+        call(admin, "SELECT * FROM shell.promote_image(%s, %s)", (image, name))
+    finally:
+        admin.close()
 
 
 def start_daemon(env: dict[str, str], log_path: Path, concurrency: int) -> Daemon:
@@ -334,6 +346,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30, help="latency runs per side (default 30)")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--per-session", type=int, default=10)
+    parser.add_argument("--template", metavar="NAME",
+                        help="run the sessions on a template whose image is --image (the "
+                             "executor's own stays pg-shell-sandbox:latest), e.g. a large one: "
+                             "--template dev --image pg-shell-sandbox:dev")
     args = parser.parse_args()
     admin_dsn = require_dsn(parser, args)
 
@@ -346,12 +362,16 @@ def main() -> int:
         try:
             user_id = create_user(dsn, "bench", secrets.token_hex(8), sessions=1000, running=64,
                                   queued=100000)
-            user = Tenant(dsn, user_id)
+            user = Tenant(dsn, user_id, args.template)
             image = image_id(args.image)
-            env = executor_env(dsn, image, {
+            if args.template:
+                offer_template(dsn, args.template, image)
+            env = executor_env(dsn, image_id(DEFAULT_IMAGE) if args.template else image, {
                 "PG_SHELL_WORKER_ID": worker_id, "PG_SHELL_SCOPE": scope,
                 "PG_SHELL_VOLUMES_DIR": volumes_dir, "PG_SHELL_DISK_QUOTA_MB": "64"})
-            log(f"database {database_name(dsn)}, image {image[:19]}, executor log {log_path}")
+            log(f"database {database_name(dsn)}, image {image[:19]}"
+                + (f" as template {args.template}" if args.template else "")
+                + f", executor log {log_path}")
 
             daemon = start_daemon(env, log_path, concurrency=4)
             latency(user, image, args.runs)

@@ -1,7 +1,8 @@
 // The session list (sessions_html, fetched and swapped by htmx: index.html's
 // #session-list): each session with where it came from and what came from
 // it, linked both ways. Here: rename in place, archive with a second click
-// to confirm, a new session, and each "last active" in the reader's time.
+// to confirm, a new session (on a template the picker offers), and each
+// "last active" in the reader's time.
 import { $, fail, rpc, showStatus } from "./api.js";
 import { show } from "./views.js";
 
@@ -15,6 +16,7 @@ export const sessions = {
     $("#where").textContent = "sessions";
     list.replaceChildren();
     this.refresh();
+    htmx.trigger($("#template-picker"), "refresh");
   },
 
   refresh() { htmx.trigger(list, "refresh"); },
@@ -30,8 +32,12 @@ list.addEventListener("htmx:afterSwap", () => {
 $("#new-session-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const name = event.target.p_name.value.trim();
+  const template = event.target.p_template.value;
+  const args = {};
+  if (name) args.p_name = name;
+  if (template && template !== "base") args.p_template = template;
   try {
-    const id = await rpc("create_session", { args: name ? { p_name: name } : {} });
+    const id = await rpc("create_session", { args });
     event.target.reset();
     location.hash = `#session=${id}`;
   } catch (error) { fail(error); }

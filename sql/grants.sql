@@ -28,6 +28,7 @@ GRANT USAGE ON SCHEMA shell, shell_api TO shell_user;
 GRANT EXECUTE ON FUNCTION
     shell_api.create_session(text, text),
     shell_api.list_templates(),
+    shell_api.template_options_html(),
     shell_api.list_sessions(),
     shell_api.submit_command(uuid, text, boolean, integer, integer, text),
     shell_api.latest_output(uuid, bigint, integer, bigint, integer),

@@ -4495,10 +4495,11 @@ BEGIN
     RETURN coalesce(
         (SELECT string_agg(format(
             '<li data-id="%s"><a href="#session=%s" class="name">%s</a>'
-            '<span class="info">%s · <time datetime="%s">%s</time></span>%s'
+            '<span class="info">%s%s · <time datetime="%s">%s</time></span>%s'
             '<span class="actions"><button type="button" class="rename">rename</button>'
             '<button type="button" class="archive">archive</button></span></li>',
             s.id, s.id, shell.html_escape(coalesce(nullif(s.name, ''), s.id::text)),
+            CASE WHEN s.template <> 'base' THEN shell.html_escape(s.template) || ' · ' ELSE '' END,
             shell.html_escape(s.cwd),
             to_char(s.last_active_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
             to_char(s.last_active_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'),
@@ -4572,6 +4573,20 @@ END
 $$;
 
 COMMENT ON FUNCTION shell_api.submit_command_html(p_session_id uuid, p_command text) IS 'submit_command (no terminal, no input) for the web page: answers the new command''s article as HTML. submit_command''s errors.';
+
+CREATE FUNCTION shell_api.template_options_html() RETURNS shell_api."text/html"
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(string_agg(format(
+        '<option value="%s"%s>%s</option>', shell.html_escape(t.name),
+        CASE WHEN t.name = 'base' THEN ' selected' ELSE '' END,
+        shell.html_escape(t.name || CASE WHEN t.description <> '' THEN ' — ' || t.description
+                                         ELSE '' END)), E'\n' ORDER BY t.ord), '')
+    FROM shell_api.list_templates() WITH ORDINALITY AS t(name, description, digest, size_bytes, ord)
+$$;
+
+COMMENT ON FUNCTION shell_api.template_options_html() IS 'The page''s template picker as HTML: an <option> per template list_templates gives, base first and selected. 42501 when not signed in.';
 
 CREATE FUNCTION shell_api.unarchive_session(p_session_id uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER

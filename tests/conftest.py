@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg2
 import pytest
@@ -90,17 +91,26 @@ def docker_client():
     client.close()
 
 
+def built_image(*args: str) -> str:
+    """ops/build-sandbox-image ARGS (an unchanged image is reused): the id it prints."""
+    import subprocess
+
+    build = Path(__file__).resolve().parents[1] / "ops" / "build-sandbox-image"
+    # The first build runs debootstrap and apt-get: a liveness bound.
+    built = subprocess.run([str(build), *args], capture_output=True, text=True, timeout=1200)
+    assert built.returncode == 0, built.stderr[-4000:]
+    return built.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="session")
 def sandbox_image(docker_client) -> str:
     """The sandbox image id: PG_SHELL_IMAGE (set by ops/test), else built now."""
-    ref = os.environ.get("PG_SHELL_IMAGE")
-    if not ref:
-        import subprocess
-        from pathlib import Path
-
-        build = Path(__file__).resolve().parents[1] / "ops" / "build-sandbox-image"
-        built = subprocess.run([str(build)],
-                               capture_output=True, text=True, timeout=1200)
-        assert built.returncode == 0, built.stderr[-4000:]
-        ref = built.stdout.strip().splitlines()[-1]
+    ref = os.environ.get("PG_SHELL_IMAGE") or built_image()
     return docker_client.images.get(ref).id
+
+
+@pytest.fixture(scope="session")
+def tools_image(sandbox_image: str) -> str:
+    """A template's image built from the project's files (tests/images/templates/tools)
+    FROM the sandbox image."""
+    return built_image(str(Path(__file__).parent / "images" / "templates" / "tools"))

@@ -319,3 +319,44 @@ COMMENT ON TABLE shell.templates IS
     'Sandbox images offered to tenants, by name; each has its own current image in shell.images.';
 COMMENT ON TABLE shell.template_grants IS
     'Which users may use which templates that are not open.';
+
+-- The page: a session on a template other than base says which in the
+-- list (as in 0033 otherwise) ...
+CREATE OR REPLACE FUNCTION shell_api.sessions_html() RETURNS shell_api."text/html"
+LANGUAGE plpgsql STABLE SET search_path = '' AS $$
+DECLARE
+    me uuid := shell.current_user_id();
+BEGIN
+    RETURN coalesce(
+        (SELECT string_agg(format(
+            '<li data-id="%s"><a href="#session=%s" class="name">%s</a>'
+            '<span class="info">%s%s · <time datetime="%s">%s</time></span>%s'
+            '<span class="actions"><button type="button" class="rename">rename</button>'
+            '<button type="button" class="archive">archive</button></span></li>',
+            s.id, s.id, shell.html_escape(coalesce(nullif(s.name, ''), s.id::text)),
+            CASE WHEN s.template <> 'base' THEN shell.html_escape(s.template) || ' · ' ELSE '' END,
+            shell.html_escape(s.cwd),
+            to_char(s.last_active_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+            to_char(s.last_active_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'),
+            array_to_string(shell.render_lineage(s), '')),
+            E'\n' ORDER BY s.last_active_at DESC, s.id)
+         FROM shell.sessions s
+         WHERE s.user_id = me AND s.archived_at IS NULL),
+        '<li class="empty">No sessions yet.</li>');
+END
+$$;
+
+-- ... and "new session" offers the caller's templates: one <option> each,
+-- base first and selected.
+CREATE FUNCTION shell_api.template_options_html() RETURNS shell_api."text/html"
+LANGUAGE sql STABLE SET search_path = '' AS $$
+    SELECT coalesce(string_agg(format(
+        '<option value="%s"%s>%s</option>', shell.html_escape(t.name),
+        CASE WHEN t.name = 'base' THEN ' selected' ELSE '' END,
+        shell.html_escape(t.name || CASE WHEN t.description <> '' THEN ' — ' || t.description
+                                         ELSE '' END)), E'\n' ORDER BY t.ord), '')
+    FROM shell_api.list_templates() WITH ORDINALITY AS t(name, description, digest, size_bytes, ord)
+$$;
+COMMENT ON FUNCTION shell_api.template_options_html() IS
+    'The page''s template picker as HTML: an <option> per template list_templates gives, base first and '
+    'selected. 42501 when not signed in.';

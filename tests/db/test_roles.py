@@ -35,7 +35,7 @@ TENANT_FUNCTIONS = (
     "upload_part", "upload_finish", "upload_discard", "read_file_part",
     "send_input", "close_input", "resize_terminal", "command_input",
     "sessions_html", "session_lineage_html", "session_files_html", "replay_comparison_html",
-    "list_templates",
+    "list_templates", "template_options_html",
 )
 UPLOAD_ID = "00000000-0000-4000-8000-000000000023"
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
@@ -129,6 +129,7 @@ def api_call(name: str, session: str, command: int,
         "create_session": ("SELECT shell_api.create_session('new')", ()),
         "list_sessions": ("SELECT * FROM shell_api.list_sessions()", ()),
         "list_templates": ("SELECT * FROM shell_api.list_templates()", ()),
+        "template_options_html": ("SELECT shell_api.template_options_html()", ()),
         "submit_command": ("SELECT shell_api.submit_command(%s, 'echo more')", (session,)),
         "latest_output": ("SELECT * FROM shell_api.latest_output(%s)", (session,)),
         "latest_output_html": ("SELECT shell_api.latest_output_html(%s)", (session,)),

@@ -1,6 +1,6 @@
 """Templates with the real daemon and engine: a template built from the
-project's files (tests/images/templates/tools, FROM the sandbox image by
-ops/build-sandbox-image, cached by its hash), registered and granted with
+project's files (tests/images/templates/tools: the tools_image fixture),
+registered and granted with
 the CLI; sessions on it run on its image, hold the sandbox's promises
 there, and a replay keeps the image its original ran on after a rollout.
 An image that breaks the image contract is not promoted."""
@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,18 +20,6 @@ from tests.images.conftest import Variants
 from tests.support import call, connect_as, one
 
 pytestmark = [pytest.mark.postgres, pytest.mark.docker]
-
-TOOLS = Path(__file__).parent / "templates" / "tools"
-BUILD_TIMEOUT_S = 1200  # apt-get in the build: a liveness bound on a slow mirror
-
-
-@pytest.fixture(scope="session")
-def tools_image(sandbox_image: str) -> str:
-    built = subprocess.run([str(REPO / "ops" / "build-sandbox-image"), str(TOOLS)],
-                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    assert built.returncode == 0, built.stderr[-4000:]
-    return built.stdout.strip().splitlines()[-1]
-
 
 @pytest.fixture
 def pg_shell(db: str, sandbox_image: str) -> Callable[..., subprocess.CompletedProcess[str]]:
