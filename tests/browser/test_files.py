@@ -128,6 +128,8 @@ def test_an_upload_appears_in_the_panel_and_a_following_cat_prints_it(
     upload(term, "ignored-name", every_byte, "docs/all bytes")
     term.expect(column(term, "path")).to_have_text(["docs/all bytes", "docs/notes.txt"])
     term.expect(column(term, "size")).to_have_text(["768 B", f"{len(notes)} B"])
+    # Both uploads are in the scrollback before a command is counted after them.
+    term.expect(term.page.locator("#scrollback article.cmd.upload")).to_have_count(2)
 
     term.expect(term.run("cat docs/notes.txt").locator("pre.out")).to_have_text(
         "uploaded, ünïcode\n")
