@@ -142,6 +142,11 @@ class Settings(BaseSettings):
     affinity_grace_ms: int = Field(
         default=50, ge=0, le=10000,
         description="how long other hosts leave a session whose files this host holds")
+    template_wait_s: float = Field(
+        default=60, ge=0, le=3600,
+        description="how long a session whose template has no image on this host is left to "
+                    "hosts that have one; past it, this host takes its command and fails it, "
+                    "saying so")
     warm_max: int | None = Field(
         default=None, ge=0, le=4096,
         description="warm containers (started ahead for recently active sessions, each used "

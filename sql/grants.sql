@@ -121,7 +121,7 @@ GRANT SELECT ON shell.sessions, shell.commands, shell.output_chunks, shell.comma
 -- Executors: only their entry points.
 GRANT USAGE ON SCHEMA shell TO shell_executor;
 GRANT EXECUTE ON FUNCTION
-    shell.claim_commands(text, integer, integer, text, integer),
+    shell.claim_commands(text, integer, integer, text, integer, text[], integer),
     shell.heartbeat(text, bigint[], integer[], integer),
     shell.mark_created(bigint, text, integer, text),
     shell.mark_started(bigint, text, integer, text, text),

@@ -1019,7 +1019,7 @@ $_$;
 
 COMMENT ON FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) IS 'Checks a worker id (1-200 of A-Z a-z 0-9 _ . : @ -) and a lease of 1-3600 s; 22023 otherwise.';
 
-CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text)
+CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0, p_templates text[] DEFAULT NULL::text[], p_template_wait_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1034,7 +1034,9 @@ DECLARE
     -- locked: a FOR loop prefetches rows and would lock lanes it never
     -- claims, holding other sessions back until this transaction ends.
     ready_lanes CURSOR FOR
-        SELECT l.session_id, l.user_id, l.cached_on, l.ready_since FROM shell.lanes l
+        SELECT l.session_id, l.user_id, l.cached_on, l.ready_since,
+               (SELECT s.template FROM shell.sessions s WHERE s.id = l.session_id) AS template
+        FROM shell.lanes l
         WHERE l.pending > 0 AND l.active_command_id IS NULL
         ORDER BY l.ready_since
         FOR UPDATE SKIP LOCKED;
@@ -1046,6 +1048,9 @@ BEGIN
     IF p_grace_ms IS NULL OR p_grace_ms NOT BETWEEN 0 AND 10000 THEN
         RAISE EXCEPTION 'p_grace_ms must be between 0 and 10000' USING ERRCODE = '22023';
     END IF;
+    IF p_template_wait_ms IS NULL OR p_template_wait_ms NOT BETWEEN 0 AND 3600000 THEN
+        RAISE EXCEPTION 'p_template_wait_ms must be between 0 and 3600000' USING ERRCODE = '22023';
+    END IF;
     OPEN ready_lanes;
     LOOP
         -- Lanes skipped for a user's quota stay locked until commit; bound
@@ -1056,6 +1061,11 @@ BEGIN
         scanned := scanned + 1;
         CONTINUE WHEN lane.cached_on IS DISTINCT FROM p_host AND lane.cached_on IS NOT NULL
                   AND lane.ready_since > clock_timestamp() - make_interval(secs => p_grace_ms / 1000.0);
+        -- A template this host has no image for: left to the hosts that
+        -- have one, then taken, so that the command fails saying why
+        -- instead of waiting for a host that may not exist.
+        CONTINUE WHEN p_templates IS NOT NULL AND NOT lane.template = ANY (p_templates)
+                  AND lane.ready_since > clock_timestamp() - make_interval(secs => p_template_wait_ms / 1000.0);
         -- One claimer at a time per user, so max_running holds under
         -- concurrency; a user being claimed elsewhere is simply skipped.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('shell.user:' || lane.user_id, 0));
@@ -1088,7 +1098,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms. Returns what to run, with its session''s template. 22023 for a bad worker id, limit, lease or grace.';
+COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer, p_templates text[], p_template_wait_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms, and one whose template is not in p_templates (the templates this host has an image for; null: all) is left to other hosts for p_template_wait_ms. Returns what to run, with its session''s template. 22023 for a bad worker id, limit, lease, grace or wait.';
 
 CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '01:00:00'::interval, OUT trees bigint, OUT blobs bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1865,16 +1875,16 @@ $$;
 
 COMMENT ON FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) IS 'The bytes the user''s count grows by on coming to hold these unheld trees: their entries and the blobs they add.';
 
-CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_id uuid, user_id uuid, archived boolean, stored boolean)
+CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_id uuid, user_id uuid, archived boolean, stored boolean, template text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT s.id, s.user_id, s.archived_at IS NOT NULL, s.root IS NOT NULL
+    SELECT s.id, s.user_id, s.archived_at IS NOT NULL, s.root IS NOT NULL, s.template
     FROM shell.sessions s
     WHERE s.id = ANY (p_session_ids)
 $$;
 
-COMMENT ON FUNCTION shell.host_sessions(p_session_ids uuid[]) IS 'Executor and cleanup agent: of the sessions a host holds copies of, the owner of each, whether it is archived and whether its files are stored in the database; sessions not known are left out.';
+COMMENT ON FUNCTION shell.host_sessions(p_session_ids uuid[]) IS 'Executor and cleanup agent: of the sessions a host holds copies of, the owner of each, whether it is archived, whether its files are stored in the database and its template; sessions not known are left out.';
 
 CREATE FUNCTION shell.html_escape(t text) RETURNS text
     LANGUAGE sql IMMUTABLE

@@ -37,6 +37,7 @@ class HostSession:
     user_id: str
     archived: bool
     stored: bool  # its files are in the database (the copy is only a cache)
+    template: str
 
 
 def queue_depth(db: Connector) -> int:
@@ -50,9 +51,12 @@ class ExecutorDatabase(Database):
     # -- the contract -------------------------------------------------------
 
     def claim(self, worker_id: str, limit: int, lease_s: int, host: str | None = None,
-              grace_ms: int = 0) -> list[ClaimedCommand]:
-        rows = self.call("SELECT * FROM shell.claim_commands(%s, %s, %s, %s, %s)",
-                         (worker_id, limit, lease_s, host, grace_ms))
+              grace_ms: int = 0, templates: list[str] | None = None,
+              template_wait_ms: int = 0) -> list[ClaimedCommand]:
+        """``templates``: those this host has an image for (None: all); a
+        session of another is left to other hosts for ``template_wait_ms``."""
+        rows = self.call("SELECT * FROM shell.claim_commands(%s, %s, %s, %s, %s, %s, %s)",
+                         (worker_id, limit, lease_s, host, grace_ms, templates, template_wait_ms))
         return [ClaimedCommand(**row) for row in rows]
 
     def heartbeat(self, worker_id: str, held: dict[int, int], lease_s: int) -> dict[int, bool]:
@@ -115,7 +119,8 @@ class ExecutorDatabase(Database):
     def host_sessions(self, session_ids: list[str]) -> list[HostSession]:
         """What the database says of these sessions (those it knows)."""
         rows = self.call("SELECT session_id::text AS session_id, user_id::text AS user_id, "
-                         "archived, stored FROM shell.host_sessions(%s::uuid[])", (session_ids,))
+                         "archived, stored, template FROM shell.host_sessions(%s::uuid[])",
+                         (session_ids,))
         return [HostSession(**row) for row in rows]
 
     def publish_time_limit(self, seconds: float) -> None:

@@ -123,8 +123,10 @@ class CommandLife:
         # A promotion meanwhile applies to the next command.
         default_image = self._images.of_template(cmd.template)
         if default_image is None:
+            # Claimed only once hosts that have it were given their time
+            # (PG_SHELL_TEMPLATE_WAIT_S): none took it.
             self._complete_unstarted(db, run, f"template {cmd.template} has no image on this "
-                                              "host: its image was never loaded here")
+                                              "host, and no host with its image took the command")
             return
         image = self._images.for_command(cmd, default_image)
         interaction = self._interaction(db, run)

@@ -29,7 +29,7 @@ from .command import CommandLife
 from .copies import ArchivedCopies
 from .outcome import LEASE_LOST, SHUTDOWN, Run
 from .promotion import ImagePromotion
-from .warm import WarmPool
+from .warm import Adoption, WarmPool
 
 log = logging.getLogger(__name__)
 # What the database announces to executors: work, cancels, sessions to warm
@@ -154,9 +154,11 @@ class Worker:
     def _claim(self) -> None:
         while (free := self._free_slots()) > 0 and not self._stop.is_set():
             try:
-                claimed = self._control.claim(self.worker_id, free, self.settings.lease_s,
-                                              self.settings.host_id,
-                                              self.settings.affinity_grace_ms)
+                claimed = self._control.claim(
+                    self.worker_id, free, self.settings.lease_s, self.settings.host_id,
+                    self.settings.affinity_grace_ms,
+                    self._images.templates() if self._images else None,
+                    round(self.settings.template_wait_s * 1000))
             except DatabaseUnavailable as exc:
                 log.warning("cannot claim, database unavailable: %s", exc)
                 return
@@ -184,7 +186,7 @@ class Worker:
             elif channel == "shell_cancel" and payload.isdigit():
                 self._cancel(int(payload), "cancelled")
             elif channel == "shell_sessions" and self._images is not None:
-                self._warm.adopt(payload, self._images.current, self._adopt)
+                self._warm.adopt(payload, self._adopt)
             elif channel == "shell_archived":
                 self._remover.submit(self._drop_archived, payload)
             elif channel == "shell_commands" and self.settings.affinity_grace_ms:
@@ -196,15 +198,17 @@ class Worker:
         except BlockingIOError:
             pass
 
-    def _adopt(self, session_id: str) -> str | None:
+    def _adopt(self, session_id: str) -> Adoption | None:
         """Called from the warm pool's one thread only, on its own connection:
-        the session's user if this host adopted it."""
+        the session's user and image if this host adopted it. A session whose
+        template has no image here is left to a host that has one."""
         if self._adopting is None:
             self._adopting = self._database("warm", persistent=False)
-        if not self._adopting.adopt_session(session_id, self.settings.host_id):
-            return None
         found = self._adopting.host_sessions([session_id])
-        return found[0].user_id if found else None
+        image = self._images.of_template(found[0].template) if found and self._images else None
+        if image is None or not self._adopting.adopt_session(session_id, self.settings.host_id):
+            return None
+        return Adoption(found[0].user_id, image)
 
     def _drop_archived(self, session_id: str) -> None:
         """On the remover's one thread, on its own connection."""

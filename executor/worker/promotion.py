@@ -57,6 +57,10 @@ class ImagePromotion:
         """The image a new command of ``template`` starts on here (None: none here)."""
         return self.current if template == BASE else self._templates.get(template)
 
+    def templates(self) -> list[str]:
+        """The templates this host has an image for."""
+        return [BASE, *self._templates]
+
     def images(self) -> set[str]:
         """Every template's current image here."""
         return {self.current, *self._templates.values()}

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from executor import metrics
 from executor.errors import PgShellError
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 # (cancel and shutdown wait as long); past it (an engine this slow, or an
 # older volume being handed over), the command starts one of its own.
 TAKE_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """A session this host adopted for a warm start: its user, and the
+    image of its template on this host."""
+
+    user_id: str
+    image: str
 
 
 class WarmPool:
@@ -82,17 +92,17 @@ class WarmPool:
         if self._reserve(session_id, user_id, stored):
             self._starter.submit(self._start, session_id, image)
 
-    def adopt(self, session_id: str, image: str, claim: Callable[[str], str | None]) -> None:
+    def adopt(self, session_id: str, claim: Callable[[str], Adoption | None]) -> None:
         """A new session, or one a client opened: if this executor is the
         host claiming prefers for it, or becomes it (``claim``, which names
-        the session's user then), the session's next container starts now,
-        before its command exists."""
+        the session's user and the image of its template here then), the
+        session's next container starts now, before its command exists."""
         if self._has(session_id):
             # Its container is here already: take the request all the same,
             # so that no other executor of this host starts a second one.
             self._starter.submit(self._take_request, session_id, claim)
         elif self._reserve(session_id, None, True):
-            self._starter.submit(self._start, session_id, image, claim)
+            self._starter.submit(self._start, session_id, None, claim)
 
     def _has(self, session_id: str) -> bool:
         with self._lock:
@@ -123,13 +133,17 @@ class WarmPool:
                    for session, (user, _) in self._users.items() if user == user_id)
         return mine < self._per_user
 
-    def _start(self, session_id: str, image: str,
-               claim: Callable[[str], str | None] | None = None) -> None:
+    def _start(self, session_id: str, image: str | None,
+               claim: Callable[[str], Adoption | None] | None = None) -> None:
+        """Starts the queued container on ``image``, or, with ``claim``, on
+        the image the adoption names."""
         if not self._begin(session_id):
             return
         started = None
         try:
-            if claim is not None and not self._adopted(session_id, claim):
+            if claim is not None:
+                image = self._adopted(session_id, claim)
+            if image is None:
                 return
             user_id, stored = self._users.get(session_id, (None, False))
             started = self._warm(session_id, image, user_id if stored else None)
@@ -139,30 +153,31 @@ class WarmPool:
             self.prepare(session_id, image)
 
     @staticmethod
-    def _take_request(session_id: str, claim: Callable[[str], str | None]) -> None:
+    def _take_request(session_id: str, claim: Callable[[str], Adoption | None]) -> None:
         try:
             claim(session_id)
         except PgShellError as exc:
             log.warning("could not adopt session_id=%s: %s", session_id, exc)
 
-    def _adopted(self, session_id: str, claim: Callable[[str], str | None]) -> bool:
-        """Adopts the session; False if another host has it, or if its user
-        already holds their part of the pool (the adoption stands: the
-        session's next command starts its own container here)."""
+    def _adopted(self, session_id: str, claim: Callable[[str], Adoption | None]) -> str | None:
+        """Adopts the session: the image its container starts on; None if
+        another host has it, or if its user already holds their part of the
+        pool (the adoption stands: the session's next command starts its own
+        container here)."""
         try:
-            user_id = claim(session_id)
+            adoption = claim(session_id)
         except PgShellError as exc:
             log.warning("could not adopt session_id=%s: %s", session_id, exc)
-            return False
-        if user_id is None:
-            return False
+            return None
+        if adoption is None:
+            return None
         with self._lock:
-            if not self._room_for(user_id):
+            if not self._room_for(adoption.user_id):
                 log.info("no warm container for session_id=%s: its user holds %d",
                          session_id, self._per_user)
-                return False
-            self._users[session_id] = (user_id, True)
-        return True
+                return None
+            self._users[session_id] = (adoption.user_id, True)
+        return adoption.image
 
     def _begin(self, session_id: str) -> bool:
         """A queued start begins, unless a command took its place meanwhile."""

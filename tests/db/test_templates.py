@@ -1,4 +1,4 @@
-"""Templates in the database (0039): who may start a session on which
+"""Templates in the database (0039, 0040): who may start a session on which
 template, what the errors say, and that forks and replays keep their
 source's template. The executor side (images per template) is in
 tests/images/test_templates.py."""
@@ -95,6 +95,25 @@ def test_the_claim_says_the_template_and_forks_and_replays_keep_it(db, alice, op
     ex.close()
     assert {(r["session_id"], r["template"]) for r in claimed} == {(fork, "dev"), (replay, "dev")}
     assert again in {r["command_id"] for r in claimed}
+
+
+def test_a_host_claims_only_the_templates_it_has_until_the_others_waited(db, alice, operator):
+    offer(operator, "dev", is_open=True)
+    call(operator, "SELECT * FROM shell.set_user_quota('alice', p_max_running => 3)")
+    on_dev = [one(alice, "SELECT shell_api.create_session('x', 'dev')") for _ in range(2)]
+    on_base = one(alice, "SELECT shell_api.create_session('y')")
+    for sid in [*on_dev, on_base]:
+        one(alice, "SELECT shell_api.submit_command(%s, 'true')", (sid,))
+    ex = executor(db)
+    claim = "SELECT session_id FROM shell.claim_commands('w', %s, 30, 'h', 0, %s, %s)"
+    # A host without dev's image leaves dev's sessions to hosts that have it ...
+    assert [r["session_id"] for r in call(ex, claim, (10, ["base"], 600000))] == [on_base]
+    assert [r["session_id"] for r in call(ex, claim, (1, ["base", "dev"], 600000))] == on_dev[:1]
+    # ... until they waited its time: then it takes them (to fail them, saying why).
+    assert [r["session_id"] for r in call(ex, claim, (10, ["base"], 0))] == on_dev[1:]
+    assert sqlstate(ex, claim, (10, None, 3600001)) == (
+        "22023", "p_template_wait_ms must be between 0 and 3600000")
+    ex.close()
 
 
 def test_promotion_is_per_template_and_an_image_belongs_to_one(db, operator):

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures_stack import REPO
 from tests.images.conftest import Variants
-from tests.support import call, connect_as, one
+from tests.support import call, connect_as, one, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.docker]
 
@@ -104,8 +104,9 @@ def test_a_replay_runs_on_its_originals_image_after_the_template_moved_on(
         rollout.remove_all()
 
 
-def test_a_template_whose_image_this_host_lacks_fails_its_commands_saying_so(
-        daemon, make_shell, db):
+def test_a_template_whose_image_no_host_has_is_left_to_other_hosts_then_failed_saying_so(
+        make_daemon, make_shell, db):
+    daemon = make_daemon(PG_SHELL_TEMPLATE_WAIT_S="1").start()
     missing = "sha256:" + "9" * 64
     operator = connect_as(db, "shell_admin")
     call(operator, "SELECT * FROM shell.define_template('elsewhere', 'on other hosts', true)")
@@ -114,8 +115,26 @@ def test_a_template_whose_image_this_host_lacks_fails_its_commands_saying_so(
     daemon.wait_for_log(f"template elsewhere: promoted image {missing} does not exist", timeout=30)
     row = make_shell("alice", "elsewhere").run("echo hi")
     assert (row["status"], row["reason"]) == (
-        "failed", "template elsewhere has no image on this host: its image was never loaded "
-                  "here"), row
+        "failed", "template elsewhere has no image on this host, and no host with its image "
+                  "took the command"), row
+    # Left to hosts with the image for a second first (claimed_at is the
+    # claim's transaction start, a moment before its check).
+    assert (row["claimed_at"] - row["submitted_at"]).total_seconds() > 0.5, row
+
+
+def test_a_new_session_on_a_template_finds_a_container_started_on_its_image(
+        make_daemon, make_shell, pg_shell, tools_image, docker_client):
+    daemon = make_daemon(PG_SHELL_WARM_PER_SESSION="1").start()
+    make_shell("alice")  # the user, to grant the template to
+    offer_tools(pg_shell, tools_image, "alice")
+    daemon.wait_for_log(f"template tools: image {tools_image} promoted", timeout=30)
+    session = make_shell("alice", "tools")  # created while the executor listens
+    labels = ["pg-shell.warm=1", f"pg-shell.session-id={session.session_id}"]
+    [warm] = wait_for("the session's warm container",
+                      lambda: docker_client.containers.list(filters={"label": labels}))
+    assert warm.image.id == tools_image
+    row = session.run("cat /etc/pg-shell-template")
+    assert (row["output"], row["container_id"]) == ("tools\n", warm.id), row
 
 
 @pytest.mark.parametrize(("lines", "reason"), [
