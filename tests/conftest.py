@@ -109,8 +109,19 @@ def sandbox_image(docker_client) -> str:
     return docker_client.images.get(ref).id
 
 
+def template_image(name: str) -> str:
+    """A template's image built from the project's files (tests/images/templates/NAME)
+    FROM the sandbox image."""
+    return built_image(str(Path(__file__).parent / "images" / "templates" / name))
+
+
 @pytest.fixture(scope="session")
 def tools_image(sandbox_image: str) -> str:
-    """A template's image built from the project's files (tests/images/templates/tools)
-    FROM the sandbox image."""
-    return built_image(str(Path(__file__).parent / "images" / "templates" / "tools"))
+    """tests/images/templates/tools: a Debian package the base lacks."""
+    return template_image("tools")
+
+
+@pytest.fixture(scope="session")
+def hello_image(sandbox_image: str) -> str:
+    """tests/images/templates/hello: a program of the project's own."""
+    return template_image("hello")

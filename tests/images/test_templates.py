@@ -1,9 +1,10 @@
-"""Templates with the real daemon and engine: a template built from the
-project's files (tests/images/templates/tools: the tools_image fixture),
-registered and granted with
-the CLI; sessions on it run on its image, hold the sandbox's promises
-there, and a replay keeps the image its original ran on after a rollout.
-An image that breaks the image contract is not promoted."""
+"""Templates with the real daemon and engine: two templates built from the
+project's files (tests/images/templates/tools and hello: the tools_image
+and hello_image fixtures), registered and granted with the CLI; sessions
+on each run on its image and hold the sandbox's promises there, a new
+session's warm container starts on its image, and a replay keeps the image
+its original ran on after a rollout. A template no host has an image for
+is reported, and an image that breaks the image contract is not promoted."""
 
 from __future__ import annotations
 
@@ -34,34 +35,45 @@ def pg_shell(db: str, sandbox_image: str) -> Callable[..., subprocess.CompletedP
     return run
 
 
-def offer_tools(pg_shell: Callable[..., Any], image: str, username: str) -> None:
+def offer(pg_shell: Callable[..., Any], template: str, image: str, username: str) -> None:
     """Defines the template, promotes its image, grants it to ``username``."""
-    defined = pg_shell("image", "template", "tools", "--description", "bc and a marker")
-    assert defined.stdout == "template tools: for users granted it; bc and a marker\n", defined
-    promoted = pg_shell("image", "promote", "--template", "tools", image)
+    defined = pg_shell("image", "template", template, "--description", "a test template")
+    assert defined.stdout == f"template {template}: for users granted it; a test template\n", (
+        defined)
+    promoted = pg_shell("image", "promote", "--template", template, image)
     assert promoted.returncode == 0, promoted.stderr
-    assert promoted.stdout.startswith(f"promoted {image} (") and "for template tools" in (
-        promoted.stdout)
-    granted = pg_shell("user", "templates", username, "tools")
-    assert granted.stdout == f"{username} may use the open templates and tools\n", granted
+    assert promoted.stdout.startswith(f"promoted {image} (") and (
+        f"for template {template}" in promoted.stdout)
+    granted = pg_shell("user", "templates", username, template)
+    assert granted.stdout == f"{username} may use the open templates and {template}\n", granted
 
 
+# Each template's own program: a command that works only on its image.
+OWN_PROGRAM = {
+    "tools": ("bc", "echo 'scale=2; 1/4' | bc", ".25\n"),
+    "hello": ("hello", "hello you", "hello from the hello template, you\n"),
+}
+
+
+@pytest.mark.parametrize("template", sorted(OWN_PROGRAM))
 def test_a_session_on_a_template_runs_on_its_image_and_keeps_the_sandbox_promises(
-        daemon, make_shell, pg_shell, tools_image, sandbox_image):
+        daemon, make_shell, pg_shell, sandbox_image, request, template):
+    image = request.getfixturevalue(f"{template}_image")
+    program, command, output = OWN_PROGRAM[template]
     on_base = make_shell("alice")
-    offer_tools(pg_shell, tools_image, "alice")
-    daemon.wait_for_log(f"template tools: image {tools_image} promoted", timeout=30)
-    on_tools = make_shell("alice", "tools")
+    offer(pg_shell, template, image, "alice")
+    daemon.wait_for_log(f"template {template}: image {image} promoted", timeout=30)
+    on_template = make_shell("alice", template)
 
-    row = on_tools.run("cat /etc/pg-shell-template; echo 'scale=2; 1/4' | bc")
-    assert (row["status"], row["output"], row["image_digest"]) == ("done", "tools\n.25\n",
-                                                                   tools_image), row
-    row = on_base.run("command -v bc || echo no bc")
-    assert (row["output"], row["image_digest"]) == ("no bc\n", sandbox_image)
+    row = on_template.run(f"cat /etc/pg-shell-template; {command}")
+    assert (row["status"], row["output"], row["image_digest"]) == (
+        "done", f"{template}\n{output}", image), row
+    row = on_base.run(f"command -v {program} || echo no {program}")
+    assert (row["output"], row["image_digest"]) == (f"no {program}\n", sandbox_image)
 
     # The core of the escape battery, in the template: its Dockerfile ran as
     # root at build time, but a command runs as every command does.
-    row = on_tools.run(
+    row = on_template.run(
         "id -u; touch /usr/x 2>&1; grep CapEff /proc/self/status; "
         "python3 -c 'import socket; socket.create_connection((\"10.0.0.1\", 53), 2)' 2>&1 "
         "| tail -1; ls /sys/class/net")
@@ -69,17 +81,17 @@ def test_a_session_on_a_template_runs_on_its_image_and_keeps_the_sandbox_promise
         "65000", "touch: cannot touch '/usr/x': Read-only file system",
         "CapEff:\t0000000000000000", "OSError: [Errno 101] Network is unreachable", "lo"], row
     # A file made on the template is the session's, as on the base.
-    assert on_tools.run("echo kept > f")["status"] == "done"
-    assert on_tools.run("cat f; cat /etc/pg-shell-template")["output"] == "kept\ntools\n"
-    templates = call(on_tools.conn, "SELECT * FROM shell_api.list_templates()")
-    assert [(t["name"], t["digest"]) for t in templates] == [("base", None),
-                                                             ("tools", tools_image)]
+    assert on_template.run("echo kept > f")["status"] == "done"
+    assert on_template.run("cat f; cat /etc/pg-shell-template")["output"] == (
+        f"kept\n{template}\n")
+    templates = call(on_template.conn, "SELECT * FROM shell_api.list_templates()")
+    assert [(t["name"], t["digest"]) for t in templates] == [("base", None), (template, image)]
 
 
 def test_a_replay_runs_on_its_originals_image_after_the_template_moved_on(
         daemon, make_shell, pg_shell, tools_image, docker_client):
     make_shell("alice")  # the user, to grant the template to
-    offer_tools(pg_shell, tools_image, "alice")
+    offer(pg_shell, "tools", tools_image, "alice")
     daemon.wait_for_log(f"template tools: image {tools_image} promoted", timeout=30)
     session = make_shell("alice", "tools")
     first = session.run("echo one")
@@ -126,7 +138,7 @@ def test_a_new_session_on_a_template_finds_a_container_started_on_its_image(
         make_daemon, make_shell, pg_shell, tools_image, docker_client):
     daemon = make_daemon(PG_SHELL_WARM_PER_SESSION="1").start()
     make_shell("alice")  # the user, to grant the template to
-    offer_tools(pg_shell, tools_image, "alice")
+    offer(pg_shell, "tools", tools_image, "alice")
     daemon.wait_for_log(f"template tools: image {tools_image} promoted", timeout=30)
     session = make_shell("alice", "tools")  # created while the executor listens
     labels = ["pg-shell.warm=1", f"pg-shell.session-id={session.session_id}"]
