@@ -1,7 +1,8 @@
 """The page's path for bench.interactive: a key pressed in the terminal view
 of a running command (xterm.js, html/tty/) in headless Chromium, timed in
-the page from the key's keydown to the animation frame after its echo
-reached the view.
+the page from the key's keydown until the frame that draws its echo has
+been painted. The start of the frame after it is reported beside that: it
+is when a 60 Hz screen shows that frame at the latest.
 
 The view draws on canvases; the text of its screen is kept beside them
 (`.tty-text`, written when xterm.js has rendered a frame), so that is what
@@ -24,15 +25,18 @@ TEXT = ".tty-text"
 SUFFIX = 40
 # Installed once: a capturing keydown listener takes t0 for the armed key;
 # a MutationObserver on the view checks whether its text now ends with what
-# was typed, and takes the time at the next animation frame. stages() says
-# where the time went, from the page's own resource timings (same clock):
-# when send_input was sent and answered, when the live feed's answer that
-# followed it and the read_output after that arrived, ms after the keydown.
+# was typed. That text is written when xterm.js has drawn a frame, in the
+# frame's animation callback: a task queued from there runs once the frame
+# is painted (the key's time), and the next animation frame starts one
+# frame later (next_frame). stages() says where the time went, from the
+# page's own resource timings (same clock): when send_input was sent and
+# answered, when the live feed's answer that followed it and the
+# read_output after that arrived, ms after the keydown.
 INSTALL = """
 ([view, text, suffix]) => {
-  const state = window.__echo = {typed: "", t0: null, ms: null,
+  const state = window.__echo = {typed: "", t0: null, ms: null, nextFrame: null, seen: false,
     arm(key) {
-      this.typed += key; this.t0 = null; this.ms = null;
+      this.typed += key; this.t0 = null; this.ms = null; this.nextFrame = null; this.seen = false;
       performance.clearResourceTimings();
     },
     stages() {
@@ -45,7 +49,8 @@ INSTALL = """
       const read = feed && calls("read_output").find((e) => e.startTime >= feed.responseEnd);
       return {send_input_sent: send.startTime - t0, send_input_answered: send.responseEnd - t0,
               feed_answered: feed ? feed.responseEnd - t0 : null,
-              read_output_answered: read ? read.responseEnd - t0 : null, painted: this.ms};
+              read_output_answered: read ? read.responseEnd - t0 : null, painted: this.ms,
+              next_frame: this.nextFrame};
     }};
   performance.setResourceTimingBufferSize(1000);
   document.addEventListener("keydown", () => {
@@ -53,12 +58,14 @@ INSTALL = """
   }, {capture: true});
   const box = document.querySelector(view);
   const check = () => {
-    if (state.t0 === null || state.ms !== null) return;
+    if (state.t0 === null || state.seen) return;
     const shown = box.querySelector(text).textContent.replace(/\\s+/g, "");
     if (!shown.endsWith(state.typed.slice(-suffix))) return;
-    requestAnimationFrame(() => {
-      if (state.ms === null) state.ms = performance.now() - state.t0;
-    });
+    state.seen = true;
+    const painted = new MessageChannel();
+    painted.port1.onmessage = () => { state.ms = performance.now() - state.t0; };
+    painted.port2.postMessage(null);
+    requestAnimationFrame(() => { state.nextFrame = performance.now() - state.t0; });
   };
   new MutationObserver(check).observe(box, {subtree: true, childList: true,
                                             characterData: true});
@@ -96,9 +103,9 @@ class PagePath:
     def press(self, key: str) -> float:
         self.page.evaluate("(key) => window.__echo.arm(key)", key)
         self.page.keyboard.press(key)
-        ms = self.page.wait_for_function("() => window.__echo.ms", timeout=KEY_STALL_S * 1000)
+        self.page.wait_for_function("() => window.__echo.nextFrame", timeout=KEY_STALL_S * 1000)
         self.stages.append(self.page.evaluate("() => window.__echo.stages()"))
-        return float(ms.json_value()) / 1000
+        return float(self.page.evaluate("() => window.__echo.ms")) / 1000
 
     def close(self) -> None:
         try:

@@ -6,7 +6,9 @@ run on the real gateway, executor daemon, Docker engine and PostgreSQL:
   /rpc/session_changes_html, p_tail, `Prefer: wait=20`) and the
   read_output its answer sets off;
 * page: a key pressed in the page's terminal view in headless Chromium,
-  until the frame after its echo was drawn (when the page has that view);
+  until the frame that draws its echo was painted (when the page has that
+  view); the start of the frame after it (when a 60 Hz screen shows it at
+  the latest) is reported beside it as next_frame;
 * cli: `pg-shell run -t` on a pseudo-terminal (when the CLI has -t);
 * docker_attach, the reference: a container with a TTY made with the
   executor's own hardening and image, a byte written to its attach socket.
@@ -321,7 +323,11 @@ def details(s: Stack, m: Measured, args: argparse.Namespace) -> dict[str, Any]:
     if isinstance(m.path, GatewayPath):
         extra["send_input_p50_ms"] = round(quantile(m.path.send_s, 0.5) * 1000, 2)
     if isinstance(m.path, PagePath):
-        extra["stages_p50_ms"] = stage_medians(m.path.stages[-len(m.latencies):])
+        stages = m.path.stages[-len(m.latencies):]
+        extra["stages_p50_ms"] = stage_medians(stages)
+        next_frame = [s["next_frame"] for s in stages if s and s.get("next_frame") is not None]
+        if next_frame:
+            extra.update({f"next_frame_{k}": v for k, v in figures(next_frame).items()})
     return extra
 
 

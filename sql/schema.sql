@@ -2454,20 +2454,23 @@ $$;
 
 COMMENT ON FUNCTION shell.path_parts(p_path text) IS 'A tenant''s path (relative to the home, at most 4096 bytes and 256 parts of at most 255 bytes, no empty, . or .. part) split into its parts; 22023 otherwise.';
 
-CREATE FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) RETURNS TABLE(seq integer, offset_ms bigint, kind text, data text, cols integer, rows integer)
-    LANGUAGE sql STABLE SECURITY DEFINER
+CREATE FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) RETURNS TABLE(seq integer, due_in_ms bigint, kind text, data text, cols integer, rows integer)
+    LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT i.seq, i.offset_ms, i.kind, coalesce(i.data, s.data), i.cols, i.rows
-    FROM shell.command_input i
+    SELECT i.seq,
+           greatest(0, i.offset_ms - floor(extract(epoch FROM
+               clock_timestamp() - coalesce(c.started_at, clock_timestamp())) * 1000))::bigint,
+           i.kind, coalesce(i.data, s.data), i.cols, i.rows
+    FROM shell.held_command(p_command_id, p_worker_id, p_attempt) c
+    JOIN shell.command_input i ON i.command_id = c.id
     LEFT JOIN shell.secret_input s ON s.command_id = i.command_id AND s.seq = i.seq
-    WHERE i.command_id = (shell.held_command(p_command_id, p_worker_id, p_attempt)).id
-      AND i.seq > p_after_seq
+    WHERE i.seq > p_after_seq
     ORDER BY i.seq
     LIMIT 256
 $$;
 
-COMMENT ON FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) IS 'Executor: up to 256 input rows after p_after_seq, to deliver, with the bytes of redacted ones (from shell.secret_input). PS001 when the lease is lost.';
+COMMENT ON FUNCTION shell.pending_input(p_command_id bigint, p_worker_id text, p_attempt integer, p_after_seq integer) IS 'Executor: up to 256 input rows after p_after_seq, to deliver, with the bytes of redacted ones (from shell.secret_input), each with due_in_ms: how long it has yet to wait (its offset_ms less the time since the command started, on the database''s clock; 0 for live input). PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.pre_text(html text) RETURNS text
     LANGUAGE sql IMMUTABLE

@@ -127,7 +127,9 @@ def migrate(
             done.append(script.name)
         at_head = all(s.name in applied or s.name in done for s in versioned)
         recorded = applied.get(GRANTS, {}).get("checksum")
-        if at_head and recorded != grants.checksum:
+        # A migration may drop and make again a function whose grant is
+        # unchanged: grants follow every migration, and any change of theirs.
+        if at_head and (done or recorded != grants.checksum):
             progress("applying grants")
             _apply(conn, grants)
             done.append(GRANTS)

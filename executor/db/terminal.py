@@ -17,7 +17,7 @@ from executor.db.queue import ClaimedCommand, ExecutorDatabase
 @dataclass(frozen=True)
 class InputRow:
     seq: int
-    offset_ms: int  # when to deliver it, from the command's start
+    due_in_ms: int  # how long it has yet to wait (the database's clock): 0 when live
     kind: str  # "data", "resize" or "eof"
     data: str | None
     cols: int | None

@@ -52,7 +52,7 @@ class InputFeed:
     # -- InputFeed (executor/sandbox/protocol.py) -----------------------------------
 
     def start(self, send: Callable[[bytes], None]) -> None:
-        self._thread = threading.Thread(target=self._run, args=(send, time.monotonic()),
+        self._thread = threading.Thread(target=self._run, args=(send,),
                                         name=f"input-{self._cmd.command_id}", daemon=True)
         self._thread.start()
 
@@ -86,14 +86,15 @@ class InputFeed:
 
     # -- the feed's thread ------------------------------------------------------------
 
-    def _run(self, send: Callable[[bytes], None], started: float) -> None:
+    def _run(self, send: Callable[[bytes], None]) -> None:
         while not self._stopped.is_set():
             self._wake.clear()
             self._report()
+            read_at = time.monotonic()
             rows = self._call(lambda: self._db.pending_input(self._cmd, self._worker_id,
                                                              self._after)) or []
             for row in rows:
-                due = started + row.offset_ms / 1000
+                due = read_at + row.due_in_ms / 1000
                 if self._stopped.wait(max(0.0, due - time.monotonic())):
                     return
                 send(_frame(row))
