@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import fcntl
+import html
 import os
 import re
 import secrets
@@ -42,6 +43,11 @@ KEY_STALL_S = 60.0
 FINISHED = ("done", "failed", "cancelled")
 BENCH_LABEL = "pg-shell.bench"
 CHANGE = re.compile(r'data-change="(\d+)"')
+# A terminal command's raw output in its article: <pre class="out"> with
+# data-from, data-end and data-bytes (shell.render_piece) and data-raw.
+RAW_PIECE = re.compile(r'<pre class="out" data-from="(\d+)" data-end="(\d+)" data-bytes="(\d+)"'
+                       r'[^>]* data-raw>(.*?)</pre>', re.S)
+STATUS = re.compile(r'data-status="(\w+)"')
 
 
 class EchoPath(Protocol):
@@ -104,9 +110,10 @@ class GatewayPath:
     browser: POST /rpc/send_input per key (html/tty/view.js); the live
     feed's long-poll, always waiting and asked again at once after each
     answer (GET /rpc/session_changes_html, p_tail, `Prefer: wait=20`:
-    html/live.js); and when the command's article shows a new change, GET
-    /rpc/read_output from the offset read so far (the view's update). Two
-    connections, as a browser holds them."""
+    html/live.js); and when the command's article shows a new change, the
+    raw output its fragment carries, then GET /rpc/read_output only for
+    what it did not (the view's update, html/tty/view.js). Two connections,
+    as a browser holds them."""
 
     name = "gateway"
 
@@ -144,31 +151,50 @@ class GatewayPath:
 
     def _follow(self) -> None:
         cursor, seen, offset = 0, 0, 0  # the feed's cursor; the article's change; bytes read
-        mine = re.compile(rf'<article [^>]*id="cmd-{self.command_id}"[^>]*>')
+        mine = re.compile(rf'<article [^>]*id="cmd-{self.command_id}"[^>]*>.*?</article>', re.S)
         try:
             while not self._ended.is_set():
-                html = self._get("session_changes_html", {
+                fragment = self._get("session_changes_html", {
                     "p_session_id": self.session_id, "p_after_change": cursor, "p_tail": "true"},
                     Prefer="wait=20", Accept="text/html").text
-                changes = [int(c) for c in CHANGE.findall(html)]
+                changes = [int(c) for c in CHANGE.findall(fragment)]
                 cursor = max([cursor, *changes])
-                article = mine.search(html)
+                article = mine.search(fragment)
                 change = int(CHANGE.findall(article.group(0))[0]) if article else 0
                 if change <= seen:
                     continue
                 seen = change
-                while True:  # the view reads to the end of what is there
+                assert article is not None
+                offset, total = self._take(article.group(0), offset)
+                status = STATUS.findall(article.group(0))[0]
+                while total is None or offset < total:  # the view reads what is missing
                     [page] = self._get("read_output", {"p_command_id": self.command_id,
                                                        "p_offset": offset}).json()
                     if page["output"]:
                         self.echoes.feed(page["output"].encode(), time.perf_counter())
-                    offset = int(page["next_offset"])
-                    if offset >= int(page["output_bytes"]):
-                        break
-                if page["status"] in FINISHED:
+                    offset, total = int(page["next_offset"]), int(page["output_bytes"])
+                    status = page["status"]
+                if status in FINISHED:
                     self._ended.set()
         except Exception as exc:  # the bench's wait says what the reader died of
             self.echoes.fail(f"following the output failed: {exc}")
+
+    def _take(self, article: str, offset: int) -> tuple[int, int | None]:
+        """What the article's raw piece adds after ``offset`` (as the view
+        takes it); the new offset, and the output's size (None: no piece
+        that follows on, read_output says)."""
+        piece = RAW_PIECE.search(article)
+        if not piece:
+            return offset, None
+        start, end, total = (int(piece.group(i)) for i in (1, 2, 3))
+        if not start <= offset <= end:
+            return offset, None
+        text = html.unescape(piece.group(4))
+        if text.startswith("\n"):  # HTML drops a newline that opens a <pre> (shell.pre_text)
+            text = text[1:]
+        if end > offset:
+            self.echoes.feed(text.encode()[offset - start:], time.perf_counter())
+        return end, total
 
     def close(self) -> None:
         # A new line hands the typed line to cat, end-of-file at a line's

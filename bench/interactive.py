@@ -3,8 +3,8 @@ run on the real gateway, executor daemon, Docker engine and PostgreSQL:
 
 * gateway: the page's HTTP calls without the browser: POST
   /rpc/send_input, then the echo from the live feed's long-poll (GET
-  /rpc/session_changes_html, p_tail, `Prefer: wait=20`) and the
-  read_output its answer sets off;
+  /rpc/session_changes_html, p_tail, `Prefer: wait=20`): the raw output
+  its fragment carries, read_output only for what it does not;
 * page: a key pressed in the page's terminal view in headless Chromium,
   until the frame that draws its echo was painted (when the page has that
   view); the start of the frame after it (when a 60 Hz screen shows it at
