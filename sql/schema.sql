@@ -201,7 +201,6 @@ COMMENT ON FUNCTION shell.ansi_colour(p text[]) IS 'The palette index that the p
 
 CREATE FUNCTION shell.ansi_html(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT (shell.ansi_scan(t, true)).html
 $$;
@@ -599,7 +598,6 @@ COMMENT ON FUNCTION shell.ansi_screen(t text, OUT html text, OUT pen shell.ansi_
 
 CREATE FUNCTION shell.ansi_state(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT (shell.ansi_scan(t, false)).state
 $$;
@@ -758,7 +756,6 @@ COMMENT ON FUNCTION shell.audit_trees(p_hashes text[]) IS 'Administrator (pg-she
 
 CREATE FUNCTION shell.base64url(data bytea) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT translate(encode(data, 'base64'), E'+/=\n', '-_')
 $$;
@@ -1142,7 +1139,6 @@ COMMENT ON FUNCTION shell.collect_upload_parts() IS 'Administrator (cleanup): re
 
 CREATE FUNCTION shell.command_buttons(c shell.commands) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT format('<button type="button" class="copy-id" data-copy="%s" title="copy the command id">#%s</button>',
                   c.id, c.id)
@@ -1255,7 +1251,6 @@ COMMENT ON FUNCTION shell.commit_upload(p_session_id uuid, p_path text, p_sha256
 
 CREATE FUNCTION shell.compare_side(p_label text, p_status text, p_exit_code integer, p_output text, p_other_exit_code integer, p_other_output text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT format('<div class="side"><span class="label">%s</span> <span class="exit%s">%s</span>'
                   '<pre class="out%s">%s</pre></div>',
@@ -1511,7 +1506,6 @@ COMMENT ON FUNCTION shell.drop_stale_uploads(p_user_id uuid) IS 'Removes the upl
 
 CREATE FUNCTION shell.empty_tree() RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT shell.tree_hash('[]'::jsonb)
 $$;
@@ -1590,7 +1584,6 @@ COMMENT ON FUNCTION shell.enqueue(p_session shell.sessions, p_command text, p_re
 
 CREATE FUNCTION shell.entry_bytes(p_name text, p_target text) RETURNS bigint
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT 336 + 2 * octet_length(p_name) + coalesce(octet_length(p_target), 0)::bigint
 $$;
@@ -1888,7 +1881,6 @@ COMMENT ON FUNCTION shell.host_sessions(p_session_ids uuid[]) IS 'Executor and c
 
 CREATE FUNCTION shell.html_escape(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT replace(replace(replace(replace(replace(coalesce(t, ''),
         '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
@@ -1994,7 +1986,6 @@ COMMENT ON FUNCTION shell.input_target(p_command_id bigint, p_terminal boolean) 
 
 CREATE FUNCTION shell.is_pinned(p_command_id bigint) RETURNS boolean
     LANGUAGE sql STABLE
-    SET search_path TO ''
     AS $$
     SELECT EXISTS (SELECT FROM shell.sessions s WHERE s.forked_from_command_id = p_command_id)
         OR EXISTS (SELECT FROM shell.commands r WHERE r.replay_of_command_id = p_command_id)
@@ -2264,7 +2255,6 @@ COMMENT ON FUNCTION shell.notify_change() IS 'Trigger on shell.lanes: notifies s
 
 CREATE FUNCTION shell.outcome_class(c shell.commands) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT CASE
         WHEN c.status IN ('pending', 'claimed', 'running') THEN 'running'
@@ -2277,7 +2267,6 @@ COMMENT ON FUNCTION shell.outcome_class(c shell.commands) IS 'ok, running, faile
 
 CREATE FUNCTION shell.outcome_words(c shell.commands, p_limit_s numeric) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT concat_ws(' · ',
         CASE
@@ -2336,7 +2325,6 @@ COMMENT ON FUNCTION shell.output_before(c shell.commands, p_at bigint, p_bytes i
 
 CREATE FUNCTION shell.output_of(c shell.commands) RETURNS text
     LANGUAGE sql STABLE
-    SET search_path TO ''
     AS $$
     SELECT coalesce(c.output,
         (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM shell.output_chunks o WHERE o.command_id = c.id),
@@ -2666,7 +2654,6 @@ COMMENT ON FUNCTION shell.queue_depth() IS 'Pending commands of every tenant: th
 
 CREATE FUNCTION shell.raw_html(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT replace(shell.html_escape(t), E'\r', '&#13;')
 $$;
@@ -2877,7 +2864,6 @@ COMMENT ON FUNCTION shell.render_changes(c shell.commands) IS 'The file changes 
 
 CREATE FUNCTION shell.render_command(c shell.commands) RETURNS text
     LANGUAGE sql STABLE
-    SET search_path TO ''
     AS $_$
     SELECT format(
         '<article class="cmd%s" id="cmd-%s" data-id="%s" data-status="%s" data-change="%s" '
@@ -2909,7 +2895,6 @@ COMMENT ON FUNCTION shell.render_command(c shell.commands) IS 'One command as th
 
 CREATE FUNCTION shell.render_lineage(s shell.sessions) RETURNS text[]
     LANGUAGE sql STABLE
-    SET search_path TO ''
     AS $$
     WITH mine AS (
         SELECT x.id, x.last_active_at, x.replay_of_session_id, f.session_id AS forked_from_session_id
@@ -3066,7 +3051,6 @@ COMMENT ON FUNCTION shell.respond(p_status integer, p_code text, p_message text,
 
 CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
     LANGUAGE sql STABLE
-    SET search_path TO ''
     AS $$
     SELECT jsonb_build_object(
         'command_id', c.id, 'session_id', c.session_id::text, 'user_id', c.user_id::text,
@@ -3183,7 +3167,6 @@ COMMENT ON FUNCTION shell.seal_input(p_command_id bigint, p_worker_id text, p_at
 
 CREATE FUNCTION shell.session_link(p_session_id uuid) RETURNS text
     LANGUAGE sql STABLE
-    SET search_path TO ''
     AS $$
     SELECT coalesce(
         (SELECT format('<a href="#session=%s">%s</a>%s', s.id,
@@ -3301,7 +3284,6 @@ COMMENT ON FUNCTION shell.settle_worker(p_worker_id text, p_started_ids bigint[]
 
 CREATE FUNCTION shell.sha256_hex(t text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT
-    SET search_path TO ''
     AS $$
     SELECT encode(sha256(convert_to(t, 'UTF8')), 'hex')
 $$;
@@ -3310,7 +3292,6 @@ COMMENT ON FUNCTION shell.sha256_hex(t text) IS 'The SHA-256 of a text''s UTF-8 
 
 CREATE FUNCTION shell.short_cwd(p_cwd text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT CASE
         WHEN p_cwd = '/home/sandbox' THEN '~'
@@ -3340,7 +3321,6 @@ COMMENT ON FUNCTION shell.sign_jwt(claims jsonb) IS 'An HS256 JWT of these claim
 
 CREATE FUNCTION shell.size_words(p_bytes bigint) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT CASE WHEN p_bytes < 1024 THEN p_bytes || ' B' ELSE (
         SELECT CASE WHEN v < 10 THEN to_char(v, 'FM990.0') ELSE round(v)::text END || ' ' || unit
@@ -3515,7 +3495,6 @@ COMMENT ON FUNCTION shell.tree_entry(p_root text, p_parts text[]) IS 'The entry 
 
 CREATE FUNCTION shell.tree_hash(p_entries jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT encode(sha256('\x7472656500'::bytea || coalesce(string_agg(
         convert_to(format('%s %s %s %s', e ->> 'kind', e ->> 'mode', e ->> 'size', coalesce(e ->> 'object', '')), 'UTF8')
@@ -3741,7 +3720,6 @@ COMMENT ON FUNCTION shell.user_file_bytes(p_user_id uuid) IS 'The bytes the user
 
 CREATE FUNCTION shell.utc_text(t timestamp with time zone) RETURNS text
     LANGUAGE sql IMMUTABLE
-    SET search_path TO ''
     AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
