@@ -31,6 +31,7 @@ from executor.db import migrations
 from executor.db.connection import connect, query
 from tests.daemon import Daemon, executor_env
 from tests.fixtures_stack import Gateway
+from tests.gateway.raw_http import rss_bytes
 from tests.support import call, connect_as, one
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,3 +247,12 @@ def remove_quota_volumes(volumes_dir: str) -> None:
         for loop in loops:
             subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
     shutil.rmtree(volumes_dir, ignore_errors=True)
+
+
+def peak_during(pid: int, work: Callable[[], None]) -> tuple[int, int, float]:
+    """(peak RSS during ``work``, RSS before it, seconds it took)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    before = rss_bytes(pid)
+    started = time.monotonic()
+    work()
+    return rss_bytes(pid, "VmHWM"), before, time.monotonic() - started

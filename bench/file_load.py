@@ -13,16 +13,13 @@ import hashlib
 import json
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 
-from bench.common import Report, create_user, tenant_connection
+from bench.common import Report, create_user, peak_during, tenant_connection
 from executor.db.connection import connect, query
-from tests.gateway.raw_http import rss_bytes
 from tests.support import one
 
 MiB = 1024 * 1024
@@ -77,15 +74,6 @@ class Tenants:
 
     def auth(self, n: int) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(n)}"}
-
-
-def peak_during(pid: int, work: Callable[[], None]) -> tuple[int, int, float]:
-    """(peak RSS during ``work``, RSS before it, seconds it took)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    before = rss_bytes(pid)
-    started = time.monotonic()
-    work()
-    return rss_bytes(pid, "VmHWM"), before, time.monotonic() - started
 
 
 def in_parallel(count: int, one_call: Callable[[int], int]) -> Counter[int]:

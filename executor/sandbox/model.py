@@ -64,7 +64,8 @@ class RunResult:
     state_note: str | None  # why the reported state was rejected (None: accepted)
     container_id: str
     # The home's entries after the command ([path, kind, mode, size, inode,
-    # ctime_ns, target], tenant data), or None when the files could not be
+    # ctime_ns, target], or [directory] for one found as the receiver knows
+    # it; tenant data), or None when the files could not be
     # captured (timeout, cancel, a scan that did not finish).
     manifest: list[list[Any]] | None = field(default=None, hash=False)
     skipped: list[Any] = field(default_factory=list, hash=False)  # [path, why] the scan left out

@@ -88,10 +88,14 @@ class FileReceiver(Protocol):
 
     ``max_entries``: the most manifest entries it accepts (the conversation
     keeps no more, and the supervisor stops its walk past them);
+    ``known``: {directory: digest of its entries} of what the receiver
+    knows (the supervisor sends a directory that still hashes to it as
+    unchanged);
     ``expected_bytes``: what the files it asked for hold, by the manifest
     (the capture's deadline grows with it)."""
 
     max_entries: int | None
+    known: dict[str, str]
     expected_bytes: int
 
     def wanted(self, manifest: list[list[Any]], scan: ScanReport) -> list[str]: ...

@@ -161,6 +161,7 @@ class Sandbox:
         request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
                                     "env": session_env(req.env), "capture": files is not None,
                                     "max_entries": files.max_entries if files else None,
+                                    "known": files.known if files else {},
                                     **_interaction_fields(req.interaction)})
         cap = (self.limits.terminal_output_cap_bytes if req.interaction and req.interaction.tty
                else self.limits.output_cap_bytes)

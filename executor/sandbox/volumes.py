@@ -59,7 +59,7 @@ SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 DEFAULT_STATE_DIR = "/var/lib/pg-shell/volumes"
 # Beside the volumes, executor/workspace/cache.py keeps what this host knows
 # about each copy; a copy removed for good takes that knowledge with it.
-INDEX_SUFFIX = ".workspace.json"
+INDEX_SUFFIX = ".workspace.db"
 # Holds the uid:gid the volume belongs to: written when this executor makes
 # a volume or hands one over; any other content (none, an older user's, a
 # later change of hardening.py's) means "hand it over first".

@@ -1,36 +1,104 @@
 """What an executor host knows about its copy of a session's files.
 
 The copy is a Docker volume the tenant's commands write to; the index is a
-file beside the volumes, on the host, out of the tenant's reach. It records
-the root the copy holds and, per path, the inode and ctime it had when that
-root was committed, with the blob it matched. Rules (DESIGN.md §9):
+SQLite file beside the volumes, on the host, out of the tenant's reach. It
+records the root the copy holds and, per directory, its tree in that root
+and its entries with the inode and ctime each had when the root was
+committed (a file's with the blob it matched). Rules (DESIGN.md §9):
 
 - the copy is used only when the index's root is the session's current root;
-- the index is removed before a command starts (a copy whose command did not
-  commit is never trusted again), and written back only after the command's
-  new root is committed;
+- the index is distrusted (its root cleared) before a command starts (a copy
+  whose command did not commit is never trusted again), and trusted again
+  only when the command's new root is committed;
 - an entry is taken as unchanged only if its kind, mode, size, inode and
   ctime are all as recorded. A tenant cannot set a ctime, and a rename
   changes the inode found at a path, so a stale entry is never reused.
+
+One row per directory, so a command writes the rows of the directories it
+changed and their parents, never the whole index, and reads the entries
+only of the directories the scan says changed (``listing_digest``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+import sqlite3
+from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from executor.sandbox.volumes import index_path
 
+# name -> [kind, mode, size, inode, ctime_ns, blob (file) or target (symlink) or None]
+Children = dict[str, list[Any]]
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS copy (root TEXT);
+CREATE TABLE IF NOT EXISTS dirs (
+    path TEXT PRIMARY KEY,   -- '' is the home
+    tree TEXT NOT NULL,      -- its tree hash in the root
+    size INTEGER NOT NULL,   -- bytes below it
+    digest TEXT NOT NULL,    -- listing_digest of its entries
+    file_bytes INTEGER NOT NULL,  -- bytes of the files directly in it
+    entries INTEGER NOT NULL,     -- entries directly in it
+    children TEXT NOT NULL        -- JSON Children
+) WITHOUT ROWID;
+"""
+
+
+def listing_digest(children: Children) -> str:
+    """What the supervisor's scan computes for a directory it finds
+    (sandbox-image/supervisor: listing_digest) from the same entries."""
+    digest = hashlib.sha256()
+    for name in sorted(children, key=str.encode):
+        kind, mode, size, inode, ctime, value = children[name]
+        target = value if kind == "symlink" else ""
+        digest.update(f"{name}\0{kind}\0{mode}\0{size}\0{inode}\0{ctime}\0{target}\0".encode())
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Dir:
+    """One directory of the copy, as its parent and the scan need it."""
+
+    tree: str
+    size: int
+    digest: str
+    file_bytes: int
+    entries: int
+
+    @staticmethod
+    def of(tree: str, size: int, children: Children) -> Dir:
+        file_bytes = sum(c[2] for c in children.values() if c[0] == "file")
+        return Dir(tree, size, listing_digest(children), file_bytes, len(children))
+
 
 @dataclass
 class Index:
     root: str | None  # None: the copy's contents are unknown (imported on capture)
-    # path -> [kind, mode, size, inode, ctime_ns, object or target]
-    entries: dict[str, list[Any]] = field(default_factory=dict)
-    trees: set[str] = field(default_factory=set)  # tree hashes of root, all stored
+    dirs: dict[str, Dir] = field(default_factory=dict)  # directory path ('' the home) -> Dir
+    # Entries of the directories read so far; the rest come from ``load_children``.
+    loaded: dict[str, Children] = field(default_factory=dict)
+    load_children: Callable[[list[str]], dict[str, Children]] | None = None
+    # Whether it was read from the host's file (whose rows a commit then
+    # only updates), not made here (a restore's, a new copy's).
+    stored: bool = False
+
+    def read(self, paths: Iterable[str]) -> None:
+        """Reads the entries of these directories, in one go."""
+        missing = [p for p in paths if p not in self.loaded and p in self.dirs]
+        if missing and self.load_children:
+            self.loaded.update(self.load_children(missing))
+
+    def children(self, path: str) -> Children:
+        self.read([path])
+        return self.loaded.get(path, {})
+
+    def trees(self) -> set[str]:
+        """Tree hashes of the root, all stored."""
+        return {d.tree for d in self.dirs.values()}
 
 
 class HostCache:
@@ -41,22 +109,76 @@ class HostCache:
         return index_path(self._dir, session_id)
 
     def load(self, session_id: str) -> Index | None:
-        try:
-            raw = json.loads(self.path(session_id).read_text())
-            return Index(raw["root"], raw["entries"], set(raw["trees"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        """The index of a trusted copy; None if there is none (or it is unreadable)."""
+        path = self.path(session_id)
+        if not path.exists():
+            path.with_suffix(".json").unlink(missing_ok=True)  # an older executor's index
             return None
+        try:
+            with closing(self._connect(path)) as db:
+                row = db.execute("SELECT root FROM copy").fetchone()
+                if row is None or row[0] is None:
+                    return None
+                dirs = {p: Dir(t, s, d, b, n) for p, t, s, d, b, n in db.execute(
+                    "SELECT path, tree, size, digest, file_bytes, entries FROM dirs")}
+        except sqlite3.Error:
+            return None
+        return Index(row[0], dirs, {}, lambda directories: self._children(path, directories),
+                     stored=True)
 
     def forget(self, session_id: str) -> None:
         """The copy is about to change: distrust it until a commit says otherwise."""
-        self.path(session_id).unlink(missing_ok=True)
+        path = self.path(session_id)
+        if not path.exists():
+            return
+        try:
+            with closing(self._connect(path, durable=True)) as db, db:
+                db.execute("UPDATE copy SET root = NULL")
+        except sqlite3.Error:
+            path.unlink(missing_ok=True)
 
-    def save(self, session_id: str, index: Index) -> None:
-        """Written whole under a temporary name, then renamed: never half-written."""
+    def save(self, session_id: str, index: Index, changed: Iterable[str] | None = None,
+             removed: Iterable[str] = ()) -> None:
+        """Commits ``index``: the rows of ``changed`` directories (all, if
+        None) are written and those of ``removed`` deleted, in one
+        transaction with the root, so the file never holds half of it."""
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        target = self.path(session_id)
-        tmp = target.with_suffix(".tmp")
-        data = {"root": index.root, "entries": index.entries, "trees": sorted(index.trees)}
-        with open(tmp, "w") as out:
-            json.dump(data, out, separators=(",", ":"))
-        os.replace(tmp, target)
+        path = self.path(session_id)
+        write = list(index.dirs) if changed is None else list(changed)
+        try:
+            with closing(self._connect(path)) as db, db:
+                if changed is None:
+                    db.execute("DELETE FROM dirs")
+                db.executemany("DELETE FROM dirs WHERE path = ?", ((p,) for p in removed))
+                db.executemany(
+                    "INSERT OR REPLACE INTO dirs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    ((p, d.tree, d.size, d.digest, d.file_bytes, d.entries,
+                      json.dumps(index.children(p), separators=(",", ":")))
+                     for p in write for d in (index.dirs[p],)))
+                db.execute("DELETE FROM copy")
+                db.execute("INSERT INTO copy VALUES (?)", (index.root,))
+        except sqlite3.DatabaseError:
+            # Not a database we wrote (or damaged): start it again, whole.
+            path.unlink(missing_ok=True)
+            if changed is not None:
+                raise
+            self.save(session_id, index, None)
+
+    @staticmethod
+    def _connect(path: Path, durable: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(path)
+        # Only ``forget`` must survive a power cut: a lost commit leaves the
+        # root it cleared, so the copy is rebuilt, never trusted by mistake.
+        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        db.executescript(SCHEMA)
+        return db
+
+    def _children(self, path: Path, directories: list[str]) -> dict[str, Children]:
+        found: dict[str, Children] = {}
+        with closing(self._connect(path)) as db:
+            for at in range(0, len(directories), 500):
+                part = directories[at:at + 500]
+                marks = ",".join("?" * len(part))
+                found.update((p, json.loads(c)) for p, c in db.execute(
+                    f"SELECT path, children FROM dirs WHERE path IN ({marks})", part))
+        return found

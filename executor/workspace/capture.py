@@ -1,9 +1,14 @@
 """After a command: store what it changed, and build the session's new root.
 
-The supervisor reports every entry of the home with its inode and ctime (a
-metadata walk); only files whose inode, ctime or size differ from the host's
-index are read and sent, so the bytes moved and hashed are those the
-command changed. Each one is hashed as it arrives and spooled (memory up to
+The supervisor walks the home's metadata and reports each directory either
+as unchanged (its entries still hash to the digest the host's index gave
+it) or whole, each entry with its inode and ctime; only files whose inode,
+ctime or size differ from the index are read and sent, so the bytes moved
+and hashed are those the command changed. The trees of directories left
+unchanged, with nothing changed below them, are taken from the index: the
+executor's work and memory follow the directories that changed.
+
+Each file sent is hashed as it arrives and spooled (memory up to
 one chunk, then a temporary file): the executor stores bytes it received
 itself, never a claim. Everything in the report is tenant data and is
 validated here.
@@ -31,8 +36,8 @@ from typing import Any
 from executor.db.workspace import WorkspaceStore
 from executor.sandbox.protocol import ScanReport
 
-from .cache import Index
-from .tree import Entry, InvalidEntry, build, check_entry, check_path
+from .cache import Children, Dir, Index
+from .tree import InvalidEntry, check_entry, check_path, tree_hash
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -60,6 +65,8 @@ class Captured:
     root: str
     size: int
     index: Index
+    changed: list[str] | None  # directories whose index rows change (None: all)
+    removed: set[str]  # directories no longer there
 
 
 class Capture:
@@ -71,9 +78,11 @@ class Capture:
         self._limits = limits
         self._max_bytes = limits.quota_bytes
         self.max_entries: int | None = limits.max_entries
+        self.known = {path: d.digest for path, d in index.dirs.items()}
         self.expected_bytes = 0
-        # path -> [kind, mode, size, inode, ctime_ns, target]
-        self._entries: dict[str, list[Any]] = {}
+        self._listed: dict[str, Children] = {}  # directories the scan sent whole
+        self._same: set[str] = set()  # directories the scan found as the index has them
+        self._dirs: dict[str, list[str]] = {}  # the new root's directories -> subdirectories
         self._received: dict[str, str] = {}  # path -> blob sha256
         self._current: _Incoming | None = None
         self._received_bytes = 0
@@ -88,17 +97,27 @@ class Capture:
         if self.failure:
             return []
         try:
-            self._entries = self._validated(manifest)
+            self._listed, self._same = self._validated(manifest)
+            self._dirs = self._walk()
         except InvalidEntry as exc:
             self.failure = str(exc)
             return []
-        total = sum(e[2] for e in self._entries.values() if e[0] == "file")
+        entries = sum(self._index.dirs[d].entries if d in self._same else len(self._children(d))
+                      for d in self._dirs)
+        if entries > self._limits.max_entries:
+            self.failure = self._scan_failure(ScanReport(over=True))
+            return []
+        total = sum(self._index.dirs[d].file_bytes if d in self._same
+                    else _file_bytes(self._children(d)) for d in self._dirs)
         if total > self._max_bytes:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
             return []
-        paths = [path for path, e in self._entries.items()
-                 if e[0] == "file" and not self._unchanged(path, e)]
-        self.expected_bytes = sum(self._entries[p][2] for p in paths)
+        self._index.read(self._listed)
+        changed = [(_join(d, name), e[2]) for d, children in self._listed.items()
+                   for name, e in children.items()
+                   if e[0] == "file" and self._old_blob(d, name, e) is None]
+        paths = [path for path, _size in changed]
+        self.expected_bytes = sum(size for _path, size in changed)
         if self.expected_bytes > self._limits.max_bytes:
             self.failure = (f"the command changed {self.expected_bytes} bytes of files, more than "
                             f"the {self._limits.max_bytes} one command may change; change fewer "
@@ -134,10 +153,14 @@ class Capture:
             if not ok:
                 self.failure = f"{incoming.path!r} could not be read: {error}"
                 return
+            entry = self._entry(incoming.path)
+            if entry is None or entry[0] != "file":
+                self.failure = f"{incoming.path!r} was sent but not asked for"
+                return
             digest = incoming.sha256.hexdigest()
             self._store_blob(digest, incoming)
             self._received[incoming.path] = digest
-            self._entries[incoming.path][2] = incoming.size  # what was read is what is stored
+            entry[2] = incoming.size  # what was read is what is stored
         finally:
             incoming.spool.close()
 
@@ -149,49 +172,121 @@ class Capture:
         if self.failure:
             return None
         self._flush()
-        missing = [p for p, e in self._entries.items()
-                   if e[0] == "file" and p not in self._received and not self._unchanged(p, e)]
-        if missing:
-            self.failure = f"{len(missing)} changed files did not arrive (first: {missing[0]!r})"
-            return None
-        entries: dict[str, Entry] = {}
-        index_entries: dict[str, list[Any]] = {}
-        for path, (kind, mode, size, inode, ctime, target) in self._entries.items():
-            obj = self._received.get(path) or (self._index.entries[path][5] if kind == "file"
-                                               else None)
-            entries[path] = Entry(kind, mode, size, obj, target)
-            index_entries[path] = [kind, mode, size, inode, ctime,
-                                   obj if kind == "file" else target]
-        try:
-            built = build(entries)
-        except InvalidEntry as exc:
-            self.failure = str(exc)
-            return None
-        new = [(h, rows) for h, rows in built.trees if h not in self._index.trees]
-        stored = self._store.put_trees([rows for _h, rows in new])
-        if stored != [h for h, _rows in new]:
+        for d, children in self._listed.items():
+            for name, e in children.items():
+                if e[0] == "file":
+                    e[5] = self._received.get(_join(d, name)) or self._old_blob(d, name, e)
+                    if e[5] is None:
+                        self.failure = f"a changed file did not arrive: {_join(d, name)!r}"
+                        return None
+        dirs, changed, trees = self._trees()
+        stored = self._store.put_trees([rows for _h, rows in trees])
+        if stored != [h for h, _rows in trees]:
             raise RuntimeError("the database hashed a tree differently from the executor")
-        trees = {h for h, _rows in built.trees}
-        return Captured(built.root, built.size, Index(built.root, index_entries, trees))
+        loaded = {d: c for d, c in self._index.loaded.items() if d in dirs}
+        loaded.update((d, self._children(d)) for d in changed)
+        index = Index(dirs[""].tree, dirs, loaded, self._index.load_children, self._index.stored)
+        removed = set(self._index.dirs) - set(dirs)
+        return Captured(dirs[""].tree, dirs[""].size, index,
+                        changed if self._index.stored else None, removed)
 
     # -- helpers --------------------------------------------------------------------
 
-    def _validated(self, manifest: list[list[Any]]) -> dict[str, list[Any]]:
-        entries: dict[str, list[Any]] = {}
+    def _validated(self, manifest: list[list[Any]]) -> tuple[dict[str, Children], set[str]]:
+        """The scan's directories: those sent whole, by their entries, and
+        those found unchanged."""
+        listed: dict[str, Children] = {}
+        same: set[str] = set()
         for item in manifest:
+            if isinstance(item, list) and len(item) == 1:
+                path = item[0]
+                if path != "":
+                    check_path(path)
+                if path in same or path not in self._index.dirs:
+                    raise InvalidEntry(f"{str(path)[:200]!r}: not a directory this host knows")
+                same.add(path)
+                continue
             if not isinstance(item, list) or len(item) != 7:
                 raise InvalidEntry("malformed manifest entry")
             path, kind, mode, size, inode, ctime, target = item
             check_entry(check_path(path), kind, mode, size, target, self._max_bytes)
-            if not isinstance(inode, int) or not isinstance(ctime, int) or path in entries:
+            parent, _, name = path.rpartition("/")
+            children = listed.setdefault(parent, {})
+            if not isinstance(inode, int) or not isinstance(ctime, int) or name in children:
                 raise InvalidEntry(f"{path!r}: malformed manifest entry")
-            entries[path] = [kind, mode, size if kind == "file" else 0, inode, ctime, target]
-        return entries
+            children[name] = [kind, mode, size if kind == "file" else 0, inode, ctime, target]
+        return listed, same
 
-    def _unchanged(self, path: str, entry: list[Any]) -> bool:
-        old = self._index.entries.get(path)
-        return (old is not None and old[0] == "file" and old[2] == entry[2] and old[3] == entry[3]
-                and old[4] == entry[4] and isinstance(old[5], str))
+    def _walk(self) -> dict[str, list[str]]:
+        """Every directory of the new root, from the home down, with its
+        subdirectories: an unchanged one's as the index has them."""
+        below: dict[str, list[str]] = {}
+        for path in self._index.dirs:
+            if path:
+                below.setdefault(path.rpartition("/")[0], []).append(path)
+        dirs: dict[str, list[str]] = {}
+        todo = [""]
+        while todo:
+            d = todo.pop()
+            if d in self._same and d in self._listed:
+                raise InvalidEntry(f"{d!r}: both unchanged and sent whole")
+            if d in self._same:
+                dirs[d] = below.get(d, [])
+            else:
+                dirs[d] = [_join(d, n) for n, e in self._listed.get(d, {}).items()
+                           if e[0] == "dir"]
+            todo.extend(dirs[d])
+        stray = (set(self._listed) | self._same) - set(dirs)
+        if stray:
+            raise InvalidEntry(f"{min(stray)!r}: its parent is not a directory")
+        return dirs
+
+    def _trees(self) -> tuple[dict[str, Dir], list[str], list[tuple[str, list[dict[str, Any]]]]]:
+        """Every directory's tree, deepest first: an unchanged one with
+        nothing changed below keeps the index's. Returns the new Dirs, the
+        directories whose rows change, and the trees not stored yet."""
+        old, known = self._index.dirs, self._index.trees()
+        dirs: dict[str, Dir] = {}
+        changed: list[str] = []
+        new_trees: list[tuple[str, list[dict[str, Any]]]] = []
+        order = sorted(self._dirs, key=lambda p: -p.count("/") if p else 1)
+        for d in order:
+            subs = self._dirs[d]
+            if d in self._same and all(dirs[s].tree == old[s].tree and dirs[s].size == old[s].size
+                                       for s in subs):
+                dirs[d] = old[d]
+                continue
+            children = self._children(d)
+            rows = [{"name": name, "kind": e[0], "mode": e[1],
+                     "size": dirs[_join(d, name)].size if e[0] == "dir" else e[2],
+                     "object": (dirs[_join(d, name)].tree if e[0] == "dir"
+                                else e[5] if e[0] == "file" else None),
+                     "target": e[5] if e[0] == "symlink" else None}
+                    for name, e in children.items()]
+            tree = tree_hash(rows)
+            dirs[d] = Dir.of(tree, sum(r["size"] for r in rows), children)
+            changed.append(d)
+            if tree not in known:
+                known.add(tree)
+                new_trees.append((tree, rows))
+        return dirs, changed, new_trees
+
+    def _children(self, d: str) -> Children:
+        """A directory's entries in the new root (none: a directory the
+        scan found empty)."""
+        return self._index.children(d) if d in self._same else self._listed.get(d, {})
+
+    def _entry(self, path: str) -> list[Any] | None:
+        parent, _, name = path.rpartition("/")
+        return self._listed.get(parent, {}).get(name)
+
+    def _old_blob(self, d: str, name: str, entry: list[Any]) -> str | None:
+        """The blob of an unchanged file, from the index."""
+        old = self._index.children(d).get(name) if d in self._index.dirs else None
+        if (old is not None and old[0] == "file" and old[2] == entry[2] and old[3] == entry[3]
+                and old[4] == entry[4] and isinstance(old[5], str)):
+            return old[5]
+        return None
 
     def _scan_failure(self, scan: ScanReport) -> str | None:
         if scan.failed is not None:
@@ -227,3 +322,11 @@ class Capture:
         if self._current is not None:
             self._current.spool.close()
             self._current = None
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory else name
+
+
+def _file_bytes(children: Children) -> int:
+    return sum(e[2] for e in children.values() if e[0] == "file")

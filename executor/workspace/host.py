@@ -13,7 +13,7 @@ from executor.sandbox import RunRequest, RunResult, Sandbox
 from executor.sandbox.protocol import Conversation
 from executor.sandbox.volumes import LoopVolumes
 
-from .cache import HostCache, Index
+from .cache import Dir, HostCache, Index
 from .capture import Capture, Captured, CaptureLimits
 from .restore import RestoreFailed, prepare
 from .tree import EMPTY_TREE
@@ -44,7 +44,7 @@ class HostFiles:
     def _made_empty(self, session_id: str) -> None:
         """The session's copy was made just now (and nothing has mounted
         it): it holds the empty tree."""
-        self._cache.save(session_id, Index(EMPTY_TREE, {}, {EMPTY_TREE}))
+        self._cache.save(session_id, Index(EMPTY_TREE, {"": Dir.of(EMPTY_TREE, 0, {})}, {"": {}}))
 
     def prepare(self, store: WorkspaceStore, req: RunRequest, root: str | None) -> Capture:
         """Restores the copy if needed (RestoreFailed, SandboxError), then
@@ -93,4 +93,5 @@ class HostFiles:
     def committed(self, session_id: str, outcome: Outcome) -> None:
         """The new root is the session's: the copy holds it."""
         if outcome.captured is not None:
-            self._cache.save(session_id, outcome.captured.index)
+            captured = outcome.captured
+            self._cache.save(session_id, captured.index, captured.changed, captured.removed)

@@ -30,7 +30,7 @@ from typing import Any
 from executor.db.workspace import WorkspaceStore
 from executor.errors import PgShellError
 
-from .cache import HostCache, Index
+from .cache import Children, Dir, HostCache, Index
 from .capture import CHUNK_BYTES
 
 BLOCK = 512
@@ -164,18 +164,25 @@ class TarStream:
 def _index_of(root: str, listing: list[dict[str, Any]], manifest: list[list[Any]]) -> Index:
     """The index of a freshly restored copy: the listing's objects, with the
     inodes and ctimes the restore container found."""
-    found = {item[0]: item for item in manifest}
-    entries: dict[str, list[Any]] = {}
+    found = {item[0]: item for item in manifest if isinstance(item, list) and len(item) == 7}
+    children: dict[str, Children] = {"": {}}
+    trees: dict[str, tuple[str, int]] = {"": (root, 0)}
     for row in listing:
         item = found.pop(row["path"], None)
         if item is None or item[1] != row["kind"]:
             raise RestoreFailed(f"after the restore, {row['path']!r} is not what the root holds")
         value = row["object"] if row["kind"] == "file" else row["target"]
-        entries[row["path"]] = [row["kind"], row["mode"],
-                                row["size"] if row["kind"] == "file" else 0,
-                                item[4], item[5], value]
+        parent, _, name = row["path"].rpartition("/")
+        children.setdefault(parent, {})[name] = [
+            row["kind"], row["mode"], row["size"] if row["kind"] == "file" else 0,
+            item[4], item[5], value]
+        if row["kind"] == "dir":
+            children.setdefault(row["path"], {})
+            trees[row["path"]] = (row["object"], row["size"])
+        if not parent:
+            trees[""] = (root, trees[""][1] + row["size"])
     if found:
         raise RestoreFailed(f"after the restore, {next(iter(found))!r} "
                             "is there but not in the root")
-    trees = {root} | {row["object"] for row in listing if row["kind"] == "dir"}
-    return Index(root, entries, trees)
+    dirs = {path: Dir.of(*trees[path], children[path]) for path in children}
+    return Index(root, dirs, children)

@@ -4,15 +4,14 @@ A tree is one directory: a list of entries {name, kind, mode, size, object,
 target}. Its hash is sha256 over "tree" NUL and, in byte order of the names,
 "<kind> <mode> <size> <object>" NUL <name> NUL <target> NUL per entry —
 exactly what SQL's shell.tree_hash computes, which the database checks on
-every tree it stores. A directory's size is the sum of the sizes below it.
+every tree it stores. A directory's size is the sum of the sizes below it
+(executor/workspace/capture.py builds the trees).
 """
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("file", "dir", "symlink")
@@ -22,17 +21,6 @@ MAX_PATH_BYTES = 4096
 
 class InvalidEntry(ValueError):
     """An entry a scan reported that cannot be part of a tree."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One path below the home, as it will be stored."""
-
-    kind: str
-    mode: int
-    size: int
-    object: str | None = None  # blob sha256 (file) or tree hash (dir, filled in by build)
-    target: str | None = None  # symlink target
 
 
 def tree_hash(entries: list[dict[str, Any]]) -> str:
@@ -77,38 +65,3 @@ def check_entry(path: str, kind: object, mode: object, size: object, target: obj
             raise InvalidEntry(f"{path!r}: invalid link target")
     elif target is not None:
         raise InvalidEntry(f"{path!r}: only a symbolic link has a target")
-
-
-@dataclass(frozen=True)
-class BuiltTree:
-    root: str
-    size: int
-    trees: list[tuple[str, list[dict[str, Any]]]]  # (hash, entries) of every tree, children first
-    dirs: dict[str, str]  # directory path ("" for the root) -> tree hash
-
-
-def build(entries: dict[str, Entry]) -> BuiltTree:
-    """The trees of a flat map of paths (every parent present as a dir)."""
-    children: dict[str, list[str]] = defaultdict(list)
-    for path in entries:
-        parent = posixpath.dirname(path)
-        if parent and entries.get(parent, Entry("", 0, 0)).kind != "dir":
-            raise InvalidEntry(f"{path!r}: its parent is not a directory")
-        children[parent].append(path)
-    trees: list[tuple[str, list[dict[str, Any]]]] = []
-    dirs: dict[str, str] = {}
-    sizes: dict[str, int] = {}
-    # Deepest directories first, so every subtree's hash is known before its parent's.
-    order = sorted((p for p, e in entries.items() if e.kind == "dir"), key=lambda p: -p.count("/"))
-    for directory in [*order, ""]:
-        rows: list[dict[str, Any]] = []
-        for path in children.get(directory, []):
-            e = entries[path]
-            size = sizes[path] if e.kind == "dir" else e.size
-            rows.append({"name": posixpath.basename(path), "kind": e.kind, "mode": e.mode,
-                         "size": size, "object": dirs[path] if e.kind == "dir" else e.object,
-                         "target": e.target})
-        dirs[directory] = tree_hash(rows)
-        sizes[directory] = sum(r["size"] for r in rows)
-        trees.append((dirs[directory], rows))
-    return BuiltTree(dirs[""], sizes[""], trees, dirs)

@@ -4,6 +4,8 @@ the real daemon and the SQL API."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 
 import pytest
@@ -140,6 +142,64 @@ def test_a_copy_changed_behind_the_database_is_not_trusted(make_daemon, shell):
     row = shell.run("echo uncommitted > f; mkdir many && (cd many && touch $(seq 1 100))")
     assert row["status"] == "failed" and "files not saved" in row["output"], row
     assert shell.run("cat f; ls")["output"] == "committed\nf\n"
+
+
+# Prints the home as the container sees it: path -> [kind, mode, size, sha256, target].
+SEEN_PY = """
+import hashlib, json, os, stat
+seen = {}
+for top, dirs, names in os.walk("."):
+    for name in dirs + names:
+        p = os.path.join(top, name)[2:]
+        st = os.lstat(p)
+        kind = {stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}.get(stat.S_IFMT(st.st_mode), "file")
+        data = open(p, "rb").read() if kind == "file" else None
+        seen[p] = [kind, stat.S_IMODE(st.st_mode), len(data) if data is not None else 0,
+                   hashlib.sha256(data).hexdigest() if data is not None else None,
+                   os.readlink(p) if kind == "symlink" else None]
+print(json.dumps(seen))
+"""
+SEEN = f"cd ~ && python3 -c {shlex.quote(SEEN_PY)}"
+
+# One kind of change each, deep in a tree of several directories.
+CHANGES = [
+    "mkdir -p a/b/c d e/f && echo 1 > a/b/c/one && echo 2 > a/b/two && echo ab > a/same-size"
+    " && echo 3 > d/three && echo 4 > e/f/four && ln -s a/b link",
+    "echo more >> a/b/c/one",                      # a file rewritten, deep
+    "printf 'xy\\n' > a/same-size",                # same size, new bytes
+    "rm a/b/two",                                  # a deletion
+    "mv d renamed",                                # a directory renamed
+    "rm -r e && echo now-a-file > e",              # a directory replaced by a file
+    "rm e && mkdir -p e/g && echo back > e/g/x",   # and back
+    "ln a/b/c/one hard",                           # a hard link
+    "touch \"a/b/$(printf 'new\\nline')\"",          # a name with a newline
+    "chmod 600 a/b/c/one && chmod 700 a/b",        # modes only
+    "ln -sfn renamed link",                        # a link pointed elsewhere
+    "mkdir -p a/b/c/x/y/z",                        # empty directories, deep
+    "true",                                        # nothing
+    "rm -r a",                                     # a whole subtree
+]
+
+
+def stored_as_seen(shell, command_id: int) -> dict[str, list]:
+    return {p: [r["kind"], r["mode"], r["size"] if r["kind"] == "file" else 0, r["sha256"],
+                r["target"]] for p, r in files(shell, command_id).items()}
+
+
+def test_every_kind_of_change_is_stored_as_the_container_sees_it(daemon, shell, docker_client):
+    """The capture reads only the directories that changed; after each kind
+    of change the stored files are what a full walk of the home finds, with
+    this host's index and after the host lost its copy and restored it."""
+    for at, change in enumerate(CHANGES):
+        if at == len(CHANGES) // 2:  # the rest starts from a restored copy
+            daemon.stop()
+            volumes_dir = daemon.env["PG_SHELL_VOLUMES_DIR"]
+            remove_session_volumes(docker_client, volumes_dir)
+            shutil.rmtree(volumes_dir, ignore_errors=True)
+            daemon.start()
+        row = shell.run(f"{change} && {SEEN}")
+        assert row["status"] == "done", (change, row["output"])
+        assert stored_as_seen(shell, row["id"]) == json.loads(row["output"]), change
 
 
 def test_upload_is_seen_by_the_next_command_and_history_orders_it(daemon, shell):

@@ -17,7 +17,6 @@ B mounts `type=ext4,device=/dev/loopN` volumes as A does.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -35,6 +34,7 @@ import docker.errors
 import psycopg2
 import pytest
 
+from executor.workspace.cache import HostCache
 from tests.conftest import require
 from tests.engine_cleanup import remove_labelled
 
@@ -220,8 +220,8 @@ class Host:
 
     def index_root(self, session_id: str) -> str | None:
         """The root this host's index says its copy of the session holds (None: no index)."""
-        path = self.volumes_dir / f"pg-shell-home-{session_id}.workspace.json"
-        return json.loads(path.read_text())["root"] if path.exists() else None
+        index = HostCache(str(self.volumes_dir)).load(session_id)
+        return index.root if index else None
 
 
 @pytest.fixture

@@ -131,7 +131,12 @@ class NoFiles:
     max_entries: int | None = None
     expected_bytes = 0
 
+    def __init__(self, known: dict[str, str] | None = None) -> None:
+        self.known = known or {}  # what the scan may send as unchanged
+        self.manifests: list[list[Any]] = []
+
     def wanted(self, manifest: list[Any], scan: Any) -> list[str]:
+        self.manifests.append(list(manifest))
         return []
 
     def begin(self, path: str) -> None: ...

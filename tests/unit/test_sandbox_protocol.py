@@ -45,6 +45,7 @@ def test_an_unknown_frame_type_or_a_huge_length_is_refused() -> None:
 class Receiver:
     def __init__(self, max_entries: int | None = None) -> None:
         self.max_entries = max_entries
+        self.known: dict[str, str] = {}
         self.expected_bytes = 0
         self.asked: list[list] = []
         self.scans: list[ScanReport] = []

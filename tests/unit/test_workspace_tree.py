@@ -1,5 +1,5 @@
-"""Trees (pure): the hash, building from a flat map, and the validation of
-what a scan reports (tenant data)."""
+"""Trees (pure): the hash, and the validation of what a scan reports (tenant
+data)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import pytest
 
 from executor.workspace.tree import (
     EMPTY_TREE,
-    Entry,
     InvalidEntry,
-    build,
     check_entry,
     check_path,
     tree_hash,
@@ -25,24 +23,6 @@ def test_the_hash_ignores_entry_order_and_sees_every_field() -> None:
     for change in ({"mode": 493}, {"size": 2}, {"object": "b" * 64}, {"name": "c"}):
         assert tree_hash([{**a, **change}, b]) != tree_hash([a, b])
     assert tree_hash([]) == EMPTY_TREE
-
-
-def test_build_gives_unchanged_subtrees_the_same_hash_and_sums_sizes() -> None:
-    base = {"d": Entry("dir", 0o755, 0), "d/f": Entry("file", 0o644, 5, BLOB),
-            "e": Entry("dir", 0o755, 0), "e/g": Entry("file", 0o644, 7, BLOB)}
-    one = build(base)
-    two = build({**base, "e/g": Entry("file", 0o644, 8, "b" * 64)})
-    assert one.dirs["d"] == two.dirs["d"] and one.dirs["e"] != two.dirs["e"]
-    assert (one.size, two.size) == (12, 13)
-    assert [h for h, _rows in one.trees][-1] == one.root  # the root comes last
-    assert build({}).root == EMPTY_TREE
-
-
-def test_an_entry_under_a_non_directory_is_refused() -> None:
-    with pytest.raises(InvalidEntry):
-        build({"f": Entry("file", 0o644, 1, BLOB), "f/x": Entry("file", 0o644, 1, BLOB)})
-    with pytest.raises(InvalidEntry):
-        build({"missing/x": Entry("file", 0o644, 1, BLOB)})
 
 
 @pytest.mark.parametrize("path", ["", "/etc/passwd", "../x", "a/../b", "a//b", "a/", ".", "a/./b",

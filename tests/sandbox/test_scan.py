@@ -1,0 +1,62 @@
+"""The supervisor's scan against the executor's index: a directory whose
+entries hash (as executor/workspace/cache.py hashes them) to the digest the
+executor knows is sent as unchanged, any other whole. Real engine, real
+supervisor: the two implementations of the digest must agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from executor.workspace.cache import Children, listing_digest
+from tests.sandbox.conftest import NoFiles
+
+TREE = ("mkdir -p a/b c empty && echo one > a/b/f && echo two > c/g && ln -s a/b/f link"
+        " && chmod 700 c")
+
+
+def digests(manifest: list[list[Any]]) -> dict[str, str]:
+    """Each directory's digest, from a whole manifest."""
+    children: dict[str, Children] = {"": {}}
+    for path, kind, mode, size, inode, ctime, target in manifest:
+        parent, _, name = path.rpartition("/")
+        children.setdefault(parent, {})[name] = [kind, mode, size, inode, ctime, target]
+        if kind == "dir":
+            children.setdefault(path, {})
+    return {path: listing_digest(entries) for path, entries in children.items()}
+
+
+def scan(run: Any, command: str, known: dict[str, str]) -> list[list[Any]]:
+    files = NoFiles(known)
+    ran = run(command, files=files)
+    assert ran.result.exit_code == 0, ran.output
+    return files.manifests[0]
+
+
+def test_directories_found_as_known_are_sent_as_unchanged(run: Any) -> None:
+    whole = scan(run, TREE, {})
+    assert all(len(item) == 7 for item in whole)
+    known = digests(whole)
+    assert sorted(scan(run, "true", known)) == [[""], ["a"], ["a/b"], ["c"], ["empty"]]
+
+
+def test_a_changed_directory_is_sent_whole_and_the_others_are_not(run: Any) -> None:
+    known = digests(scan(run, TREE, {}))
+    manifest = scan(run, "echo more >> a/b/f && touch empty/new", known)
+    sent = {item[0] for item in manifest if len(item) == 7}
+    # a/b and empty changed; so did the home, whose entry for empty (its ctime) changed.
+    assert sent == {"a/b/f", "empty/new", "a", "c", "empty", "link"}
+    assert sorted(item for item in manifest if len(item) == 1) == [["a"], ["c"]]
+
+
+def test_a_wrong_digest_or_an_unknown_directory_gets_the_whole_listing(run: Any) -> None:
+    known = digests(scan(run, TREE, {}))
+    manifest = scan(run, "true", {**known, "a": "0" * 32, "nowhere": "0" * 32})
+    assert ["a/b"] in manifest and ["a"] not in manifest
+    assert {item[0] for item in manifest if len(item) == 7} == {"a/b"}  # the entries of a
+
+
+def test_a_directory_holding_a_skipped_entry_is_always_sent_whole(run: Any) -> None:
+    known = digests(scan(run, TREE + " && mkfifo c/pipe", {}))
+    manifest = scan(run, "true", known)
+    assert ["c"] not in manifest
+    assert {item[0] for item in manifest if len(item) == 7} == {"c/g"}
