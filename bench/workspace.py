@@ -32,7 +32,9 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     Report,
@@ -131,8 +133,7 @@ def tree_tar(tenant: Tenant, session: str, command: int) -> bytes:
     """The session's tree right after ``command`` as a tar, read through the tenant API."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as archive:
-        for row in call(tenant.conn, "SELECT * FROM shell_api.session_files(%s, %s)",
-                        (session, command)):
+        for row in listing(tenant, session, command):
             info = tarfile.TarInfo(row["path"])
             info.mode = row["mode"]
             if row["kind"] == "dir":
@@ -147,6 +148,18 @@ def tree_tar(tenant: Tenant, session: str, command: int) -> bytes:
                 info.size = len(data)
                 archive.addfile(info, io.BytesIO(data))
     return out.getvalue()
+
+
+def listing(tenant: Tenant, session: str, command: int) -> Iterator[dict[str, Any]]:
+    """Every entry of the tree, a page at a time."""
+    after = None
+    while True:
+        rows = call(tenant.conn, "SELECT * FROM shell_api.session_files(%s, %s, %s, 1000)",
+                    (session, command, after))
+        yield from rows
+        if len(rows) < 1000:
+            return
+        after = rows[-1]["path"]
 
 
 def reference_extract(image: str, archive: bytes) -> float:

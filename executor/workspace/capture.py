@@ -202,8 +202,10 @@ class Capture:
                 path = item[0]
                 if path != "":
                     check_path(path)
-                if path in same or path not in self._index.dirs:
-                    raise InvalidEntry(f"{str(path)[:200]!r}: not a directory this host knows")
+                if path in same:
+                    raise InvalidEntry(f"{path[:200]!r}: reported twice")
+                if path not in self._index.dirs:
+                    raise InvalidEntry(f"{path[:200]!r}: not a directory this host knows")
                 same.add(path)
                 continue
             if not isinstance(item, list) or len(item) != 7:
@@ -238,7 +240,7 @@ class Capture:
             todo.extend(dirs[d])
         stray = (set(self._listed) | self._same) - set(dirs)
         if stray:
-            raise InvalidEntry(f"{min(stray)!r}: its parent is not a directory")
+            raise InvalidEntry(f"{min(stray)[:200]!r}: reported, but not a directory of the home")
         return dirs
 
     def _trees(self) -> tuple[dict[str, Dir], list[str], list[tuple[str, list[dict[str, Any]]]]]:
