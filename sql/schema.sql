@@ -3025,7 +3025,7 @@ BEGIN
     RAISE SQLSTATE 'PGRST' USING
         MESSAGE = json_build_object('code', 'PT429', 'message',
                                     format('too many requests of this user at once (at most %s)', slots),
-                                    'details', NULL, 'hint', 'Try again in 1 seconds.')::text,
+                                    'details', NULL, 'hint', 'Try again in 1 second.')::text,
         DETAIL = '{"status": 429, "headers": {"Retry-After": "1"}}';
 END
 $$;
@@ -3044,7 +3044,8 @@ CREATE FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_r
                       true);
     SELECT json_build_object('code', p_code, 'message', p_message, 'details', NULL, 'hint',
                              CASE WHEN p_retry_after IS NULL THEN NULL
-                                  ELSE format('Try again in %s seconds.', p_retry_after) END);
+                                  ELSE format('Try again in %s second%s.', p_retry_after,
+                                                   CASE WHEN p_retry_after = 1 THEN '' ELSE 's' END) END);
 $$;
 
 COMMENT ON FUNCTION shell.respond(p_status integer, p_code text, p_message text, p_retry_after integer) IS 'Makes PostgREST answer with this HTTP status (and Retry-After) while the transaction commits; returns the error body {code, message, details, hint}.';
@@ -4349,7 +4350,7 @@ BEGIN
     IF (SELECT count(*) FROM shell.command_input i
         WHERE i.command_id = p_command_id AND i.created_at > clock_timestamp() - interval '1 second') >= per_second THEN
         RAISE EXCEPTION 'input rate limit reached (% calls a second)', per_second USING ERRCODE = 'PT429',
-            HINT = 'Try again in 1 seconds; send larger pieces less often.';
+            HINT = 'Try again in 1 second; send larger pieces less often.';
     END IF;
     RETURN shell.add_input(target, 'data', p_data);
 END

@@ -42,7 +42,7 @@ from executor.gateway.json_stream import ByteaError, NulInText
 from executor.gateway.live import ChangeFeed, LongPolls, TooManyWaiters
 from executor.gateway.security_headers import SecurityHeaders
 from executor.gateway.status import hinted_retry_after, http_status
-from executor.gateway.throttle import AddressThrottle, retry_after
+from executor.gateway.throttle import AddressThrottle, retry_after, try_again_in
 from executor.gateway.user_limits import UserLimits
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class Gateway:
         user = self._user(request)
         if user and not self.limits.enter(user):
             response = error_response(429, "PT429", "too many requests of this user at once",
-                                      hint="Try again in 1 seconds.")
+                                      hint=try_again_in(1))
             response.headers["Retry-After"] = "1"
         else:
             response = await self._counted(request, user)
@@ -205,7 +205,7 @@ class Gateway:
             return error_response(405, "PGRST101", f"{name} changes data: call it with POST")
         if name == "login" and (wait := self.logins.take(_client_address(request))):
             refused = error_response(429, "PT429", "too many logins from this address",
-                                     hint=f"Try again in {retry_after(wait)} seconds.")
+                                     hint=try_again_in(retry_after(wait)))
             refused.headers["Retry-After"] = retry_after(wait)
             return refused
         asked = ResponseSettings()
@@ -221,7 +221,7 @@ class Gateway:
                                               identity.claims, asked))
         except TooManyWaiters as exc:
             refused = error_response(429, "PT429", str(exc),
-                                     hint=f"Try again in {exc.retry_after} seconds.")
+                                     hint=try_again_in(exc.retry_after))
             refused.headers["Retry-After"] = str(exc.retry_after)
             return refused
         except ApiError as exc:

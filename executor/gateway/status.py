@@ -28,7 +28,7 @@ def http_status(sqlstate: str | None, authenticated: bool) -> int:
 
 def hinted_retry_after(sqlstate: str | None, hint: str | None) -> str | None:
     """Retry-After for a PT429 the database raised, from the seconds its hint
-    names ("Try again in 1 seconds."), so clients back off as they do for
+    names ("Try again in 1 second."), so clients back off as they do for
     the gateway's own 429s."""
     import re
 

@@ -44,3 +44,8 @@ class AddressThrottle:
 def retry_after(wait_s: float) -> str:
     """Retry-After's whole seconds, rounded up (never 0 for a refusal)."""
     return str(max(1, math.ceil(wait_s)))
+
+
+def try_again_in(seconds: int | str) -> str:
+    """A 429's hint, as the database words it."""
+    return f"Try again in {seconds} second{'' if int(seconds) == 1 else 's'}."

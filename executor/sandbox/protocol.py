@@ -120,7 +120,7 @@ class InputFeed(Protocol):
 class ScanReport:
     """What the supervisor's M frame says about its walk, besides the entries."""
 
-    entries: int = 0  # manifest entries received (kept or not)
+    entries: int = 0  # entries received (kept or not), [directory] items not counted
     over: bool = False  # more entries than the receiver's max_entries
     failed: list[Any] | None = None  # [path, why]: a directory that could not be listed
     skipped_more: int = 0  # skipped entries beyond those listed
@@ -170,11 +170,17 @@ class Conversation:
             batch = _json(payload)
             if not isinstance(batch, list):
                 raise ProtocolError("a manifest batch is not a list")
-            self.scan.entries += len(batch)
+            # [directory] (one found unchanged) stands for entries already counted.
+            self.scan.entries += sum(1 for item in batch
+                                     if not (isinstance(item, list) and len(item) == 1))
             limit = self.files.max_entries if self.files is not None else None
             if limit is not None and self.scan.entries > limit:
-                self.scan.over = True  # kept no further: memory stays bounded by the cap
-                batch = batch[:max(0, limit - len(self.manifest))]
+                self.scan.over = True
+            if limit is not None and self.files is not None:
+                # Kept no further: memory stays bounded by the cap (and one
+                # [directory] for each directory the receiver knows).
+                cap = limit + len(self.files.known)
+                batch = batch[:max(0, cap - len(self.manifest))]
             self.manifest.extend(batch)
         elif kind == b"M":
             self.manifest_done = True

@@ -33,6 +33,7 @@ executor and the cleanup agent remove those).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -68,6 +69,15 @@ OWNER_SUFFIX = ".owner"
 
 def index_path(state_dir: str | Path, session_id: str) -> Path:
     return Path(state_dir) / f"{volume_name(session_id)}{INDEX_SUFFIX}"
+
+
+def remove_index(state_dir: str | Path, session_id: str) -> None:
+    """The index and its journal: a journal left behind would be rolled
+    back into the next index made under that name."""
+    index = index_path(state_dir, session_id)
+    for path in (index, index.with_name(f"{index.name}-journal")):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            path.unlink()
 
 
 def owner_path(state_dir: str | Path, session_id: str) -> Path:
@@ -141,7 +151,7 @@ class PlainVolumes:
     def remove_locked(self, session_id: str) -> None:
         """``remove`` once the copy is known unused, under the host-wide lock."""
         _remove_volume(self._client, volume_name(session_id))
-        index_path(self.state_dir, session_id).unlink(missing_ok=True)
+        remove_index(self.state_dir, session_id)
         owner_path(self.state_dir, session_id).unlink(missing_ok=True)
         self._copies.forget(session_id)
 
@@ -223,7 +233,7 @@ class LoopVolumes:
     def remove_locked(self, session_id: str) -> None:
         """``remove`` once the copy is known unused, under the host-wide lock."""
         self._release_locked(session_id)  # VolumeError while a container uses it
-        index_path(self.state_dir, session_id).unlink(missing_ok=True)
+        remove_index(self.state_dir, session_id)
         self.image_path(session_id).unlink(missing_ok=True)
         owner_path(self.state_dir, session_id).unlink(missing_ok=True)
         self._copies.forget(session_id)

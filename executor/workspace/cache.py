@@ -15,14 +15,17 @@ committed (a file's with the blob it matched). Rules (DESIGN.md §9):
   changes the inode found at a path, so a stale entry is never reused.
 
 One row per directory, so a command writes the rows of the directories it
-changed and their parents, never the whole index, and reads the entries
-only of the directories the scan says changed (``listing_digest``).
+changed and of those above them, never the whole index, and reads the
+entries only of those (``listing_digest`` says which changed); what it
+reads of every directory is a summary (its tree, size and digest).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Iterable
 from contextlib import closing
@@ -30,13 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.sandbox.volumes import index_path
+from executor.sandbox.volumes import index_path, remove_index
+
+log = logging.getLogger(__name__)
 
 # name -> [kind, mode, size, inode, ctime_ns, blob (file) or target (symlink) or None]
 Children = dict[str, list[Any]]
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS copy (root TEXT);
-CREATE TABLE IF NOT EXISTS dirs (
+CREATE TABLE copy (root TEXT);
+CREATE TABLE dirs (
     path TEXT PRIMARY KEY,   -- '' is the home
     tree TEXT NOT NULL,      -- its tree hash in the root
     size INTEGER NOT NULL,   -- bytes below it
@@ -59,6 +64,11 @@ def listing_digest(children: Children) -> str:
     return digest.hexdigest()[:32]
 
 
+def file_bytes(children: Children) -> int:
+    """Bytes of the files directly in a directory."""
+    return sum(c[2] for c in children.values() if c[0] == "file")
+
+
 @dataclass(frozen=True)
 class Dir:
     """One directory of the copy, as its parent and the scan need it."""
@@ -71,8 +81,7 @@ class Dir:
 
     @staticmethod
     def of(tree: str, size: int, children: Children) -> Dir:
-        file_bytes = sum(c[2] for c in children.values() if c[0] == "file")
-        return Dir(tree, size, listing_digest(children), file_bytes, len(children))
+        return Dir(tree, size, listing_digest(children), file_bytes(children), len(children))
 
 
 @dataclass
@@ -101,6 +110,11 @@ class Index:
         return {d.tree for d in self.dirs.values()}
 
 
+class IndexUnreadable(Exception):
+    """The host's index went away (or broke) while a command used it: what
+    the capture needs of it is gone, so the command's files are not saved."""
+
+
 class HostCache:
     def __init__(self, directory: str) -> None:
         self._dir = Path(directory)
@@ -112,10 +126,11 @@ class HostCache:
         """The index of a trusted copy; None if there is none (or it is unreadable)."""
         path = self.path(session_id)
         if not path.exists():
-            path.with_suffix(".json").unlink(missing_ok=True)  # an older executor's index
+            with contextlib.suppress(OSError):  # an older executor's index
+                path.with_suffix(".json").unlink()
             return None
         try:
-            with closing(self._connect(path)) as db:
+            with closing(_open(path)) as db:
                 row = db.execute("SELECT root FROM copy").fetchone()
                 if row is None or row[0] is None:
                     return None
@@ -123,7 +138,7 @@ class HostCache:
                     "SELECT path, tree, size, digest, file_bytes, entries FROM dirs")}
         except sqlite3.Error:
             return None
-        return Index(row[0], dirs, {}, lambda directories: self._children(path, directories),
+        return Index(row[0], dirs, {}, lambda directories: _children(path, directories),
                      stored=True)
 
     def forget(self, session_id: str) -> None:
@@ -132,53 +147,67 @@ class HostCache:
         if not path.exists():
             return
         try:
-            with closing(self._connect(path, durable=True)) as db, db:
+            with closing(_open(path)) as db, db:
                 db.execute("UPDATE copy SET root = NULL")
         except sqlite3.Error:
-            path.unlink(missing_ok=True)
+            self.remove(session_id)
 
     def save(self, session_id: str, index: Index, changed: Iterable[str] | None = None,
              removed: Iterable[str] = ()) -> None:
-        """Commits ``index``: the rows of ``changed`` directories (all, if
-        None) are written and those of ``removed`` deleted, in one
-        transaction with the root, so the file never holds half of it."""
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        """Commits ``index``: the rows of ``changed`` directories are written
+        and those of ``removed`` deleted, in one transaction with the root,
+        so the file never holds half of it; ``changed=None`` writes a new
+        file whole. If that fails the index is removed: the copy is then
+        rebuilt from the database, never trusted on a partial index."""
         path = self.path(session_id)
-        write = list(index.dirs) if changed is None else list(changed)
         try:
-            with closing(self._connect(path)) as db, db:
-                if changed is None:
-                    db.execute("DELETE FROM dirs")
+            if changed is None:
+                self.remove(session_id)
+                self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with closing(_open(path, create=changed is None)) as db, db:
                 db.executemany("DELETE FROM dirs WHERE path = ?", ((p,) for p in removed))
                 db.executemany(
                     "INSERT OR REPLACE INTO dirs VALUES (?, ?, ?, ?, ?, ?, ?)",
                     ((p, d.tree, d.size, d.digest, d.file_bytes, d.entries,
                       json.dumps(index.children(p), separators=(",", ":")))
-                     for p in write for d in (index.dirs[p],)))
+                     for p in (index.dirs if changed is None else changed)
+                     for d in (index.dirs[p],)))
                 db.execute("DELETE FROM copy")
                 db.execute("INSERT INTO copy VALUES (?)", (index.root,))
-        except sqlite3.DatabaseError:
-            # Not a database we wrote (or damaged): start it again, whole.
-            path.unlink(missing_ok=True)
-            if changed is not None:
-                raise
-            self.save(session_id, index, None)
+        except (sqlite3.Error, OSError, IndexUnreadable) as exc:
+            log.warning("session_id=%s: this host's index of its copy could not be written "
+                        "(%s); the next command restores the copy", session_id, exc)
+            self.remove(session_id)
 
-    @staticmethod
-    def _connect(path: Path, durable: bool = False) -> sqlite3.Connection:
-        db = sqlite3.connect(path)
-        # Only ``forget`` must survive a power cut: a lost commit leaves the
-        # root it cleared, so the copy is rebuilt, never trusted by mistake.
-        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+    def remove(self, session_id: str) -> None:
+        remove_index(self._dir, session_id)
+
+
+def _open(path: Path, create: bool = False) -> sqlite3.Connection:
+    """The index's database; never made anew unless ``create``, so a reader
+    or an update of an index removed meanwhile fails instead of finding it
+    empty."""
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True)
+    # Every commit reaches the disk: after a power cut the root ``forget``
+    # cleared is still cleared, so a copy is never trusted by mistake.
+    db.execute("PRAGMA synchronous=FULL")
+    if create:
         db.executescript(SCHEMA)
-        return db
+    return db
 
-    def _children(self, path: Path, directories: list[str]) -> dict[str, Children]:
-        found: dict[str, Children] = {}
-        with closing(self._connect(path)) as db:
+
+def _children(path: Path, directories: list[str]) -> dict[str, Children]:
+    found: dict[str, Children] = {}
+    try:
+        with closing(_open(path)) as db:
             for at in range(0, len(directories), 500):
                 part = directories[at:at + 500]
                 marks = ",".join("?" * len(part))
                 found.update((p, json.loads(c)) for p, c in db.execute(
                     f"SELECT path, children FROM dirs WHERE path IN ({marks})", part))
-        return found
+    except sqlite3.Error as exc:
+        raise IndexUnreadable(str(exc)) from exc
+    missing = set(directories) - set(found)
+    if missing:
+        raise IndexUnreadable(f"no entries for directory {min(missing)[:200]!r}")
+    return found

@@ -6,7 +6,8 @@ it) or whole, each entry with its inode and ctime; only files whose inode,
 ctime or size differ from the index are read and sent, so the bytes moved
 and hashed are those the command changed. The trees of directories left
 unchanged, with nothing changed below them, are taken from the index: the
-executor's work and memory follow the directories that changed.
+executor validates, compares and hashes only the directories that changed
+and those above them; of the others it handles a summary each.
 
 Each file sent is hashed as it arrives and spooled (memory up to
 one chunk, then a temporary file): the executor stores bytes it received
@@ -36,13 +37,16 @@ from typing import Any
 from executor.db.workspace import WorkspaceStore
 from executor.sandbox.protocol import ScanReport
 
-from .cache import Children, Dir, Index
+from .cache import Children, Dir, Index, IndexUnreadable, file_bytes
 from .tree import InvalidEntry, check_entry, check_path, tree_hash
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 * 1024 * 1024
 BATCH_BYTES = 4 * 1024 * 1024  # small blobs held before one shell.put_blobs call
 BATCH_BLOBS = 1000
+# The digests sent with a command, by their paths' bytes: even escaped in JSON
+# (six bytes a byte at worst) far within the supervisor's limit on a frame.
+KNOWN_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ class Capture:
         self._limits = limits
         self._max_bytes = limits.quota_bytes
         self.max_entries: int | None = limits.max_entries
-        self.known = {path: d.digest for path, d in index.dirs.items()}
+        self.known = _known(index)
         self.expected_bytes = 0
         self._listed: dict[str, Children] = {}  # directories the scan sent whole
         self._same: set[str] = set()  # directories the scan found as the index has them
@@ -97,18 +101,23 @@ class Capture:
         if self.failure:
             return []
         try:
-            self._listed, self._same = self._validated(manifest)
-            self._dirs = self._walk()
+            return self._wanted(manifest)
         except InvalidEntry as exc:
             self.failure = str(exc)
-            return []
+        except IndexUnreadable as exc:
+            self.failure = f"this host's index of the files is gone ({exc}); run it again"
+        return []
+
+    def _wanted(self, manifest: list[list[Any]]) -> list[str]:
+        self._listed, self._same = self._validated(manifest)
+        self._dirs = self._walk()
         entries = sum(self._index.dirs[d].entries if d in self._same else len(self._children(d))
                       for d in self._dirs)
         if entries > self._limits.max_entries:
             self.failure = self._scan_failure(ScanReport(over=True))
             return []
         total = sum(self._index.dirs[d].file_bytes if d in self._same
-                    else _file_bytes(self._children(d)) for d in self._dirs)
+                    else file_bytes(self._children(d)) for d in self._dirs)
         if total > self._max_bytes:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
             return []
@@ -172,6 +181,13 @@ class Capture:
         if self.failure:
             return None
         self._flush()
+        try:
+            return self._commit_trees()
+        except IndexUnreadable as exc:
+            self.failure = f"this host's index of the files is gone ({exc}); run it again"
+            return None
+
+    def _commit_trees(self) -> Captured | None:
         for d, children in self._listed.items():
             for name, e in children.items():
                 if e[0] == "file":
@@ -254,8 +270,7 @@ class Capture:
         order = sorted(self._dirs, key=lambda p: -p.count("/") if p else 1)
         for d in order:
             subs = self._dirs[d]
-            if d in self._same and all(dirs[s].tree == old[s].tree and dirs[s].size == old[s].size
-                                       for s in subs):
+            if d in self._same and all(dirs[s].tree == old[s].tree for s in subs):
                 dirs[d] = old[d]
                 continue
             children = self._children(d)
@@ -330,5 +345,15 @@ def _join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
 
 
-def _file_bytes(children: Children) -> int:
-    return sum(e[2] for e in children.values() if e[0] == "file")
+def _known(index: Index) -> dict[str, str]:
+    """What the scan may report as unchanged: the index's digests, as many
+    as KNOWN_BYTES of paths allow (a directory left out is sent whole, so
+    a home of many long paths costs only time, never the request's size)."""
+    known: dict[str, str] = {}
+    budget = KNOWN_BYTES
+    for path, d in index.dirs.items():
+        budget -= len(path.encode()) + len(d.digest)
+        if budget < 0:
+            break
+        known[path] = d.digest
+    return known

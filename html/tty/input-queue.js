@@ -35,7 +35,7 @@ export function headOf(text, maxBytes = MAX_BYTES) {
 // must not be sent again.
 export function retryDelay(error, failures) {
   if (error.status === 429) {
-    // The database's hint names the seconds ("Try again in 1 seconds").
+    // The database's hint names the seconds ("Try again in 1 second").
     const hinted = /try again in (\d+) second/i.exec(error.message || "");
     return hinted ? Number(hinted[1]) * 1000 : 1000;
   }

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from executor.workspace.tree import Entry, build
+from executor.workspace.tree import tree_hash
 from tests.db.claim_support import new_tenant, superuser
 from tests.support import call, executor, one
 
@@ -44,11 +44,25 @@ def store_tree(dsn: str, paths: dict[str, str]) -> str:
     worker = executor(dsn)
     blob = hashlib.sha256(b"x").hexdigest()
     call(worker, "SELECT shell.put_blob_chunk(%s, 1, 1, 0, %s)", (blob, b"x"))
-    built = build({p: Entry(kind, 0o755 if kind == "dir" else 0o644, 1 if kind == "file" else 0,
-                            blob if kind == "file" else None) for p, kind in paths.items()})
-    one(worker, "SELECT shell.put_trees(%s::jsonb)", (json.dumps([t for _h, t in built.trees]),))
+    trees: list[list[dict]] = []
+
+    def tree_of(directory: str) -> tuple[str, int]:
+        """(hash, size) of ``directory`` ("" the root), its subtrees first in ``trees``."""
+        rows = []
+        for path, kind in paths.items():
+            parent, _, name = path.rpartition("/")
+            if parent != directory:
+                continue
+            sub, size = tree_of(path) if kind == "dir" else (blob, 1)
+            rows.append({"name": name, "kind": kind, "mode": 0o755 if kind == "dir" else 0o644,
+                         "size": size, "object": sub, "target": None})
+        trees.append(rows)
+        return tree_hash(rows), sum(r["size"] for r in rows)
+
+    root, _size = tree_of("")
+    one(worker, "SELECT shell.put_trees(%s::jsonb)", (json.dumps(trees),))
     worker.close()
-    return built.root
+    return root
 
 
 @pytest.fixture

@@ -152,6 +152,7 @@ def test_waiters_are_capped_per_user_and_overall_and_a_closed_one_frees_its_plac
                            lambda: (r := capped(http, alice, a_session)).status_code == 429 and r)
         assert refused.headers["retry-after"] == "2"
         assert refused.json()["code"] == "PT429"
+        assert refused.json()["hint"] == "Try again in 2 seconds."
         # Bob still has the third place overall …
         bob_held = long_poll(gw.url, bob, b_session)
         time.sleep(1)

@@ -234,7 +234,7 @@ def test_a_user_beyond_her_requests_in_progress_gets_429_and_others_are_served(
             assert (refused.status_code, refused.headers.get("retry-after")) == (429, "1")
             assert error(refused) == {"code": "PT429",
                                       "message": "too many requests of this user at once",
-                                      "details": None, "hint": "Try again in 1 seconds."}
+                                      "details": None, "hint": "Try again in 1 second."}
             assert rpc(http, "list_sessions", other).status_code == 200
         # Closed by the client: the gateway counts them out as their sending fails.
         served = None

@@ -135,7 +135,7 @@ def test_the_pre_request_refuses_a_users_request_beyond_her_slots(
         assert refused.value.pgcode == "PGRST"
         assert json.loads(str(refused.value.diag.message_primary)) == {
             "code": "PT429", "message": "too many requests of this user at once (at most 4)",
-            "details": None, "hint": "Try again in 1 seconds."}
+            "details": None, "hint": "Try again in 1 second."}
         assert refused.value.diag.message_detail == (
             '{"status": 429, "headers": {"Retry-After": "1"}}')
         for conn in others:

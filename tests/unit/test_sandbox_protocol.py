@@ -55,7 +55,7 @@ class Receiver:
     def wanted(self, manifest: list[list], scan: ScanReport) -> list[str]:
         self.asked.append(list(manifest))
         self.scans.append(scan)
-        return [e[0] for e in manifest if e[1] == "file"]
+        return [e[0] for e in manifest if len(e) == 7 and e[1] == "file"]
 
     def begin(self, path: str) -> None:
         self._path = path
@@ -110,3 +110,22 @@ def test_a_manifest_past_the_receivers_cap_is_not_kept() -> None:
     assert (scan.entries, scan.over, scan.failed, scan.skipped_more) == (
         8, True, ["deep", "cannot list: x"], 7)
     assert len(talk.skipped) == 100
+
+
+def test_directories_found_unchanged_are_not_entries_but_are_bounded_too() -> None:
+    receiver = Receiver(max_entries=2)
+    receiver.known = {"": "0" * 32, "a": "1" * 32}
+    talk = Conversation(OutputCapper(5), receiver, lambda _reply: None)
+    entry = ["a/f", "file", 0o644, 0, 1, 2, None]
+    talk.feed(json_frame(b"m", [[""], ["a"], entry, entry]))  # 2 entries: at the cap, not over
+    talk.feed(json_frame(b"M", {"entries": 2}))
+    assert (receiver.scans[0].entries, receiver.scans[0].over) == (2, False)
+    assert receiver.asked == [[[""], ["a"], entry, entry]]
+    # A scan that sends more [directory] items than the receiver knows
+    # directories is cut at the cap plus what it knows.
+    flood = Receiver(max_entries=2)
+    flood.known = {"": "0" * 32}
+    talk = Conversation(OutputCapper(5), flood, lambda _reply: None)
+    talk.feed(json_frame(b"m", [["x"]] * 1000))
+    talk.feed(json_frame(b"M", {"entries": 0}))
+    assert len(flood.asked[0]) == 3 and not flood.scans[0].over
