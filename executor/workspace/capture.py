@@ -122,14 +122,11 @@ class Capture:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
             return []
         self._index.read(self._listed)
-        paths = []
-        for d, children in self._listed.items():
-            for name, e in children.items():
-                if e[0] == "file":
-                    e[5] = self._old_blob(d, name, e)  # None: changed, to be read
-                    if e[5] is None:
-                        paths.append(_join(d, name))
-                        self.expected_bytes += e[2]
+        changed = [(_join(d, name), e[2]) for d, children in self._listed.items()
+                   for name, e in children.items()
+                   if e[0] == "file" and self._old_blob(d, name, e) is None]
+        paths = [path for path, _size in changed]
+        self.expected_bytes = sum(size for _path, size in changed)
         if self.expected_bytes > self._limits.max_bytes:
             self.failure = (f"the command changed {self.expected_bytes} bytes of files, more than "
                             f"the {self._limits.max_bytes} one command may change; change fewer "
@@ -166,7 +163,7 @@ class Capture:
                 self.failure = f"{incoming.path!r} could not be read: {error}"
                 return
             entry = self._entry(incoming.path)
-            if entry is None or entry[0] != "file" or entry[5] is not None:  # unchanged
+            if entry is None or entry[0] != "file":
                 self.failure = f"{incoming.path!r} was sent but not asked for"
                 return
             digest = incoming.sha256.hexdigest()
@@ -194,7 +191,7 @@ class Capture:
         for d, children in self._listed.items():
             for name, e in children.items():
                 if e[0] == "file":
-                    e[5] = e[5] or self._received.get(_join(d, name))
+                    e[5] = self._received.get(_join(d, name)) or self._old_blob(d, name, e)
                     if e[5] is None:
                         self.failure = f"a changed file did not arrive: {_join(d, name)!r}"
                         return None

@@ -52,18 +52,16 @@ class HostFiles:
         def restorer(header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
             return self._sandbox.restore(req, header, tar)
 
-        index = self._cache.load(req.session_id)
-        if index is None:
-            # Perhaps no copy yet: make it, then read the index again, so that
+        if self._cache.load(req.session_id) is None:
+            # Perhaps no copy yet: make it before the index is read, so that
             # a new one is known to be empty, not wiped by a restore.
             self._sandbox.volumes.volume_for(req.session_id, req.image)
-            index = self._cache.load(req.session_id)
         try:
-            index = prepare(store, self._cache, req.session_id, index, root, restorer)
+            index = prepare(store, self._cache, req.session_id, root, restorer)
         except RestoreFailed:
             # An incremental update that did not add up: rebuild from nothing.
             self._cache.forget(req.session_id)
-            index = prepare(store, self._cache, req.session_id, None, root, restorer)
+            index = prepare(store, self._cache, req.session_id, root, restorer)
         self._cache.forget(req.session_id)
         return Capture(store, index, self._limits)
 

@@ -48,12 +48,12 @@ class RestoreFailed(PgShellError):
     """The host's copy could not be brought to the session's root."""
 
 
-def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, index: Index | None,
-            root: str | None, restorer: Restorer) -> Index:
-    """The index of a copy that holds ``root`` (restored if needed), from
-    ``index``, what the host knows of the copy now. A session without a
-    root (from before the workspace) keeps what its volume holds: its next
-    capture imports all of it."""
+def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str | None,
+            restorer: Restorer) -> Index:
+    """The index of a copy that holds ``root`` (restored if needed). A
+    session without a root (from before the workspace) keeps what its volume
+    holds: its next capture imports all of it."""
+    index = cache.load(session_id)
     if root is None:
         return Index(None)
     if index is not None and index.root == root:

@@ -73,14 +73,9 @@ def test_entries_of_unchanged_directories_count_against_the_cap() -> None:
     assert c.failure is not None and "more than 4 entries" in c.failure
 
 
-@pytest.mark.parametrize("manifest", [
-    [[""], ["a"], ["a/b"]],  # a/f in a directory found unchanged
-    [[""], ["a/b", "dir", 0o755, 0, 20, 1, None], ["a/f", "file", 0o644, 7, 21, 1, None],
-     ["a/b"]],  # a/f listed, but as the index has it
-])
-def test_a_file_sent_that_was_not_asked_for_fails_the_capture(manifest: list[list[Any]]) -> None:
+def test_a_file_sent_that_was_not_asked_for_fails_the_capture() -> None:
     c = capture()
-    assert c.wanted(manifest, ScanReport()) == []
+    assert c.wanted([[""], ["a"], ["a/b"]], ScanReport()) == []
     c.begin("a/f")
     c.data(b"sneaky")
     c.end(True, None)
