@@ -204,6 +204,12 @@ class Settings(BaseSettings):
     docker_host: str | None = Field(default=None,
                                     description="the Docker engine (unset: `DOCKER_HOST`)")
     allow_rootful: bool = Field(default=False, description="accept a rootful engine")
+    runtime: str = Field(
+        default="runc", pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+        description="the container runtime commands run under, unless an administrator put "
+                    "their user on another (`pg-shell user runtime`): `runc` (the host's kernel) "
+                    "or `runsc` (gVisor's kernel; ops/docker-engine registers it); the engine "
+                    "must have it, or the executor refuses to start")
 
     # -- per-command limits
     timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600,
@@ -302,7 +308,7 @@ class Settings(BaseSettings):
         return Sandbox(self.limits(), shell_root=self.shell_root, docker_host=self.docker_host,
                        disk_quota=self.disk_quota, volume_dir=self.volumes_dir, scope=self.scope,
                        copies_per_user=self.volumes_per_user,
-                       min_free_bytes=self.min_free_mb * 1024 * 1024)
+                       min_free_bytes=self.min_free_mb * 1024 * 1024, runtime=self.runtime)
 
     def require_database_url(self) -> str:
         if not self.database_url:

@@ -68,11 +68,12 @@ WARM_HITS = Counter(
     "pg_shell_warm_hits", "Commands handed to a warm container", registry=EXECUTOR)
 WARM_MISSES = Counter(
     "pg_shell_warm_misses", "Commands that started a container of their own, by why: none "
-    "(no warm one held), image (held for another image), dead (it had stopped)", ["reason"],
+    "(no warm one held), image (held for another image), runtime (held under another runtime), "
+    "dead (it had stopped)", ["reason"],
     registry=EXECUTOR)
 WARM_WASTED = Counter(
     "pg_shell_warm_wasted", "Warm containers removed unused, by why: idle, promotion, image, "
-    "dead, shutdown", ["reason"], registry=EXECUTOR)
+    "runtime, dead, shutdown", ["reason"], registry=EXECUTOR)
 
 # -- the gateway -------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ GRANT EXECUTE ON FUNCTION
     shell.claim_commands(text, integer, integer, text, integer, text[], integer),
     shell.heartbeat(text, bigint[], integer[], integer),
     shell.mark_created(bigint, text, integer, text),
-    shell.mark_started(bigint, text, integer, text, text),
+    shell.mark_started(bigint, text, integer, text, text, text),
     shell.append_output(bigint, text, integer, integer, text, boolean),
     shell.announce_output(bigint, text, integer),
     shell.complete_command(bigint, text, integer, text, text, text),
@@ -183,13 +183,14 @@ GRANT EXECUTE ON FUNCTION
     shell.collect_files(interval),
     shell.collect_upload_parts(),
     shell.usage_report(text, timestamptz),
-    -- image rollout and templates (`pg-shell image promote|list|prune|template`,
-    -- `pg-shell user templates`)
+    -- image rollout, templates and runtimes (`pg-shell image promote|list|prune|template`,
+    -- `pg-shell user templates|runtime`)
     shell.promote_image(text, text, bigint),
     shell.current_images(),
     shell.image_usage(),
     shell.define_template(text, text, boolean),
-    shell.set_user_templates(text, text[])
+    shell.set_user_templates(text, text[]),
+    shell.set_user_runtime(text, text)
 TO shell_admin;
 GRANT SELECT ON shell.users TO shell_admin;
 

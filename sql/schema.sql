@@ -66,6 +66,7 @@ CREATE TABLE shell.commands (
     rows integer,
     input text DEFAULT 'none'::text NOT NULL,
     echo_off boolean DEFAULT false NOT NULL,
+    runtime text,
     CONSTRAINT commands_active_has_lease CHECK (((status <> ALL (ARRAY['claimed'::text, 'running'::text])) OR ((worker_id IS NOT NULL) AND (lease_expires_at IS NOT NULL) AND (claimed_at IS NOT NULL)))),
     CONSTRAINT commands_command_check CHECK (((octet_length(command) >= 1) AND (octet_length(command) <= 1048576))),
     CONSTRAINT commands_duration_ms_check CHECK ((duration_ms >= 0)),
@@ -87,6 +88,8 @@ COMMENT ON COLUMN shell.commands.upload IS 'For an upload''s history entry, {pat
 COMMENT ON COLUMN shell.commands.input IS 'none: stdin is /dev/null; open: input may be sent (a terminal); closed: no more input will come.';
 
 COMMENT ON COLUMN shell.commands.echo_off IS 'The terminal''s echo as the executor last saw it: input sent while it is off is stored redacted.';
+
+COMMENT ON COLUMN shell.commands.runtime IS 'The container runtime the command ran under (null: not started, or by an executor from before 0044).';
 
 CREATE TYPE shell.listing_row AS (
 	c shell.commands,
@@ -690,14 +693,15 @@ $$;
 
 COMMENT ON FUNCTION shell.audit_blobs(p_sha256 text[]) IS 'Administrator (audit verify --files): the stored blobs among p_sha256, with size, number of chunks and the chunk numbers present (read each with shell.blob_chunk).';
 
-CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text, upload jsonb)
+CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text, upload jsonb, runtime text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT c.session_id, c.id, c.chain_seq, c.chain_prev, c.chain_hash, c.result_record, c.signature,
            c.key_id, c.user_id, c.command, c.status, c.exit_code, c.reason, c.truncated,
            shell.output_of(c), c.cwd_before, c.env_before, c.cwd_after, c.env_after, c.image_digest,
-           c.worker_id, c.attempts, c.duration_ms, NULL::text, c.root_before, c.root_after, c.upload
+           c.worker_id, c.attempts, c.duration_ms, NULL::text, c.root_before, c.root_after, c.upload,
+           c.runtime
     FROM shell.commands c
     WHERE (p_session_id IS NULL OR c.session_id = p_session_id)
       AND (c.status IN ('done', 'failed', 'cancelled') OR c.chain_seq IS NOT NULL)
@@ -842,7 +846,7 @@ BEGIN
     WHERE l.session_id = c.session_id FOR UPDATE;
     facts := shell.result_facts(c);
     IF rec IS NULL THEN
-        rec := (facts || jsonb_build_object(
+        rec := ((facts - 'runtime') || jsonb_build_object(
             'v', 4, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
             'finished_at', shell.utc_text(c.completed_at), 'chain_seq', seq, 'chain_prev', prev))::text;
     ELSE
@@ -862,6 +866,9 @@ BEGIN
         END IF;
         IF (claimed ->> 'v')::numeric < 4 THEN
             facts := facts - 'upload';
+        END IF;
+        IF (claimed ->> 'v')::numeric < 6 THEN
+            facts := facts - 'runtime';
         END IF;
         FOR field IN SELECT jsonb_object_keys(facts) LOOP
             IF claimed -> field IS DISTINCT FROM facts -> field THEN
@@ -1016,7 +1023,7 @@ $_$;
 
 COMMENT ON FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) IS 'Checks a worker id (1-200 of A-Z a-z 0-9 _ . : @ -) and a lease of 1-3600 s; 22023 otherwise.';
 
-CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0, p_templates text[] DEFAULT NULL::text[], p_template_wait_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text)
+CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0, p_templates text[] DEFAULT NULL::text[], p_template_wait_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text, runtime text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1088,14 +1095,15 @@ BEGIN
         FROM shell.sessions s
         WHERE c.id = head_id AND s.id = c.session_id
         RETURNING c.id, c.session_id, c.user_id, c.command, c.cwd_before, c.env_before, c.attempts,
-                  c.image_digest, c.root_before, c.upload, s.template;
+                  c.image_digest, c.root_before, c.upload, s.template,
+                  (SELECT u.runtime FROM shell.users u WHERE u.id = c.user_id);
         claimed := claimed + 1;
     END LOOP;
     CLOSE ready_lanes;
 END
 $$;
 
-COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer, p_templates text[], p_template_wait_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms, and one whose template is not in p_templates (the templates this host has an image for; null: all) is left to other hosts for p_template_wait_ms. Returns what to run, with its session''s template. 22023 for a bad worker id, limit, lease, grace or wait.';
+COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer, p_templates text[], p_template_wait_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms, and one whose template is not in p_templates (the templates this host has an image for; null: all) is left to other hosts for p_template_wait_ms. Returns what to run, with its session''s template and its user''s runtime (null: the executor''s default). 22023 for a bad worker id, limit, lease, grace or wait.';
 
 CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '01:00:00'::interval, OUT trees bigint, OUT blobs bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1868,16 +1876,17 @@ $$;
 
 COMMENT ON FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) IS 'The bytes the user''s count grows by on coming to hold these unheld trees: their entries and the blobs they add.';
 
-CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_id uuid, user_id uuid, archived boolean, stored boolean, template text)
+CREATE FUNCTION shell.host_sessions(p_session_ids uuid[]) RETURNS TABLE(session_id uuid, user_id uuid, archived boolean, stored boolean, template text, runtime text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    SELECT s.id, s.user_id, s.archived_at IS NOT NULL, s.root IS NOT NULL, s.template
+    SELECT s.id, s.user_id, s.archived_at IS NOT NULL, s.root IS NOT NULL, s.template,
+           (SELECT u.runtime FROM shell.users u WHERE u.id = s.user_id)
     FROM shell.sessions s
     WHERE s.id = ANY (p_session_ids)
 $$;
 
-COMMENT ON FUNCTION shell.host_sessions(p_session_ids uuid[]) IS 'Executor and cleanup agent: of the sessions a host holds copies of, the owner of each, whether it is archived, whether its files are stored in the database and its template; sessions not known are left out.';
+COMMENT ON FUNCTION shell.host_sessions(p_session_ids uuid[]) IS 'Executor and cleanup agent: of the sessions a host holds copies of, the owner of each, whether it is archived, whether its files are stored in the database, its template and its user''s runtime; sessions not known are left out.';
 
 CREATE FUNCTION shell.html_escape(t text) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -2176,7 +2185,7 @@ $$;
 
 COMMENT ON FUNCTION shell.mark_created(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text) IS 'Executor: records the container made for a claimed command; from then on it counts as started and is never claimed again. PS001 when the lease is lost.';
 
-CREATE FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text, p_image_digest text) RETURNS void
+CREATE FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text, p_image_digest text, p_runtime text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -2191,12 +2200,12 @@ BEGIN
         RETURN;
     END IF;
     UPDATE shell.commands c SET status = 'running', started_at = now(), container_id = p_container_id,
-        image_digest = p_image_digest, change_seq = lease.change
+        image_digest = p_image_digest, runtime = p_runtime, change_seq = lease.change
     WHERE c.id = p_command_id;
 END
 $$;
 
-COMMENT ON FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text, p_image_digest text) IS 'Executor: the command''s container runs (status running, with the image digest). Repeating it for the same container changes nothing; PS001 when the lease is lost.';
+COMMENT ON FUNCTION shell.mark_started(p_command_id bigint, p_worker_id text, p_attempt integer, p_container_id text, p_image_digest text, p_runtime text) IS 'Executor: the command''s container runs (status running, with the image digest and the runtime). Repeating it for the same container changes nothing; PS001 when the lease is lost.';
 
 CREATE FUNCTION shell.missing_blobs(p_sha256 text[]) RETURNS SETOF text
     LANGUAGE sql SECURITY DEFINER
@@ -3062,10 +3071,10 @@ CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
         'cwd_after', c.cwd_after, 'env_after', c.env_after,
         'image_digest', c.image_digest, 'worker_id', c.worker_id, 'attempt', c.attempts,
         'duration_ms', c.duration_ms, 'root_before', c.root_before, 'root_after', c.root_after,
-        'upload', c.upload)
+        'upload', c.upload, 'runtime', c.runtime)
 $$;
 
-COMMENT ON FUNCTION shell.result_facts(c shell.commands) IS 'The facts of an ended command that its result record vouches for (version 4: hashes of command and output, state and roots before and after, upload...). Keep in step with executor/audit/records.py.';
+COMMENT ON FUNCTION shell.result_facts(c shell.commands) IS 'The facts of an ended command that its result record vouches for (version 6: hashes of command and output, state and roots before and after, upload, runtime...). Keep in step with executor/audit/records.py.';
 
 CREATE FUNCTION shell.retention_plan(p_session_id uuid, p_before timestamp with time zone, p_limit integer) RETURNS TABLE(command_ids bigint[], chain_seq bigint, chain_hash text, removed bigint)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3231,6 +3240,27 @@ END
 $$;
 
 COMMENT ON FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer, p_max_running integer, p_max_queued integer, p_max_output_mb integer, p_max_files_mb integer, p_max_tree_entries integer, p_max_root_entries integer, p_max_uploads_per_minute integer, p_terminal_idle_s integer, p_terminal_max_s integer, p_max_inputs_per_second integer) IS 'Administrator (pg-shell user quota): sets a user''s quotas and terminal limits (NULL keeps one; output and files in MiB) and returns them all. 22023 for a negative quota, a terminal limit under 1 or an unknown user.';
+
+CREATE FUNCTION shell.set_user_runtime(p_username text, p_runtime text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $_$
+DECLARE
+    target uuid;
+BEGIN
+    IF p_runtime IS NOT NULL AND p_runtime !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
+        RAISE EXCEPTION 'not a runtime name: %', p_runtime USING ERRCODE = '22023',
+            HINT = 'A lowercase letter, then up to 39 lowercase letters, digits, - or _ (runc, runsc).';
+    END IF;
+    UPDATE shell.users u SET runtime = p_runtime WHERE u.username = p_username RETURNING u.id INTO target;
+    IF target IS NULL THEN
+        RAISE EXCEPTION 'no user %', p_username USING ERRCODE = '22023';
+    END IF;
+    RETURN p_runtime;
+END
+$_$;
+
+COMMENT ON FUNCTION shell.set_user_runtime(p_username text, p_runtime text) IS 'Administrator (pg-shell user runtime): the container runtime the user''s commands run under from their next start on (null: the executor''s default). 22023 for an unknown user or a name that is not one.';
 
 CREATE FUNCTION shell.set_user_templates(p_username text, p_templates text[]) RETURNS TABLE(template text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5010,6 +5040,7 @@ CREATE TABLE shell.users (
     terminal_idle_s integer DEFAULT 900 NOT NULL,
     terminal_max_s integer DEFAULT 7200 NOT NULL,
     max_inputs_per_second integer DEFAULT 100 NOT NULL,
+    runtime text,
     CONSTRAINT users_max_file_bytes_check CHECK ((max_file_bytes >= 0)),
     CONSTRAINT users_max_inputs_per_second_check CHECK ((max_inputs_per_second > 0)),
     CONSTRAINT users_max_output_bytes_check CHECK ((max_output_bytes >= 0)),
@@ -5019,12 +5050,15 @@ CREATE TABLE shell.users (
     CONSTRAINT users_max_sessions_check CHECK ((max_sessions >= 0)),
     CONSTRAINT users_max_tree_entries_check CHECK ((max_tree_entries >= 0)),
     CONSTRAINT users_max_uploads_per_minute_check CHECK ((max_uploads_per_minute >= 0)),
+    CONSTRAINT users_runtime_check CHECK ((runtime ~ '^[a-z][a-z0-9_-]{0,39}$'::text)),
     CONSTRAINT users_terminal_idle_s_check CHECK ((terminal_idle_s > 0)),
     CONSTRAINT users_terminal_max_s_check CHECK ((terminal_max_s > 0)),
     CONSTRAINT users_username_check CHECK ((username ~ '^[a-z_][a-z0-9_.-]{0,62}$'::text))
 );
 
 COMMENT ON TABLE shell.users IS 'Tenants: username, bcrypt password hash, and per-user quotas and terminal limits (shell.set_user_quota).';
+
+COMMENT ON COLUMN shell.users.runtime IS 'The container runtime the user''s commands run under (null: each executor''s PG_SHELL_RUNTIME).';
 
 ALTER TABLE ONLY shell.blob_chunks
     ADD CONSTRAINT blob_chunks_pkey PRIMARY KEY (sha256, seq);

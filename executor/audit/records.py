@@ -38,12 +38,14 @@ FACT_FIELDS_V1 = (
 FACT_FIELDS_V2 = (*FACT_FIELDS_V1, "root_before", "root_after")
 FACT_FIELDS_V3 = (*FACT_FIELDS_V2, "chain_seq", "chain_prev")
 FACT_FIELDS_V4 = (*FACT_FIELDS_V3, "upload")
-FACT_FIELDS = (*FACT_FIELDS_V4, "input_sha256")
+FACT_FIELDS_V5 = (*FACT_FIELDS_V4, "input_sha256")
+FACT_FIELDS = (*FACT_FIELDS_V5, "runtime")
 
 
 def fact_fields(version: object) -> tuple[str, ...]:
     """The facts a record of this version vouches for."""
-    return {1: FACT_FIELDS_V1, 2: FACT_FIELDS_V2, 3: FACT_FIELDS_V3, 4: FACT_FIELDS_V4}.get(
+    return {1: FACT_FIELDS_V1, 2: FACT_FIELDS_V2, 3: FACT_FIELDS_V3, 4: FACT_FIELDS_V4,
+            5: FACT_FIELDS_V5}.get(
         version if isinstance(version, int) else 0, FACT_FIELDS)
 
 
@@ -106,6 +108,7 @@ def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
         "chain_prev": row.get("chain_prev"),
         "upload": row.get("upload"),
         "input_sha256": input_sha256(row.get("input") or []),
+        "runtime": row.get("runtime"),
     }
 
 
@@ -128,6 +131,7 @@ class Completion:
     root_after: str | None = None  # None: the files it started with
     host: str | None = None  # not a fact: the host whose copy now holds root_after
     input_sha256: str | None = None  # of the input it took (None: it took none)
+    runtime: str | None = None  # the container runtime it ran under (None: it never started)
 
 
 class Claimed(Protocol):
@@ -188,6 +192,7 @@ def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Com
         "host": outcome.host, "chain_seq": position.seq, "chain_prev": position.prev,
         "upload": None,  # an executor runs commands; the database applies uploads
         "input_sha256": outcome.input_sha256,
+        "runtime": outcome.runtime,
     })
 
 

@@ -82,6 +82,15 @@ def register(commands: Commands) -> None:
     templates.add_argument("username")
     templates.add_argument("templates", nargs="*", metavar="TEMPLATE")
     templates.set_defaults(handler=cmd_user_templates)
+    runtime = user_commands.add_parser(
+        "runtime", help="put a user's commands on a container runtime",
+        description="The container runtime the user's commands run under from their next start "
+                    "on: runsc runs them on gVisor's kernel, not the host's (docs/security.md). "
+                    "'default' leaves it to each executor's PG_SHELL_RUNTIME. Executors whose "
+                    "engine lacks the runtime fail the user's commands, saying so.")
+    runtime.add_argument("username")
+    runtime.add_argument("runtime", metavar="RUNTIME", help="runc, runsc, or default")
+    runtime.set_defaults(handler=cmd_user_runtime)
 
     executor = commands.add_parser(
         "executor", help="run the executor daemon",
@@ -154,6 +163,15 @@ def cmd_user_templates(args: argparse.Namespace, settings: Settings) -> int:
         granted = db_admin.set_templates(db, args.username, args.templates)
     print(f"{args.username} may use the open templates"
           + (f" and {', '.join(granted)}" if granted else " only"))
+    return 0
+
+
+def cmd_user_runtime(args: argparse.Namespace, settings: Settings) -> int:
+    chosen = None if args.runtime == "default" else args.runtime
+    with as_admin(settings.require_database_url(), "user runtime") as db:
+        db_admin.set_runtime(db, args.username, chosen)
+    print(f"{args.username}'s commands run under "
+          + (chosen or "each executor's default runtime (PG_SHELL_RUNTIME)"))
     return 0
 
 

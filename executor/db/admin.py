@@ -39,3 +39,8 @@ def set_templates(db: Connector, username: str, templates: list[str]) -> list[st
     """Grants ``username`` exactly ``templates`` (besides the open ones); returns them."""
     rows = db.call("SELECT template FROM shell.set_user_templates(%s, %s)", (username, templates))
     return [str(r["template"]) for r in rows]
+
+
+def set_runtime(db: Connector, username: str, runtime: str | None) -> None:
+    """Puts ``username``'s commands on ``runtime`` (None: the executor's default)."""
+    db.call("SELECT shell.set_user_runtime(%s, %s)", (username, runtime))

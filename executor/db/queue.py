@@ -27,6 +27,7 @@ class ClaimedCommand:
     root: str | None = None  # the session's files when claimed (None: from before the workspace)
     upload: dict[str, Any] | None = None  # an upload to apply instead of a command to run
     template: str = "base"  # the session's: which image family it runs on
+    runtime: str | None = None  # its user's container runtime (None: the executor's default)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class HostSession:
     archived: bool
     stored: bool  # its files are in the database (the copy is only a cache)
     template: str
+    runtime: str | None  # its user's container runtime (None: the executor's default)
 
 
 def queue_depth(db: Connector) -> int:
@@ -73,9 +75,9 @@ class ExecutorDatabase(Database):
                   (cmd.command_id, worker_id, cmd.attempt, container_id))
 
     def mark_started(self, cmd: ClaimedCommand, worker_id: str, container_id: str,
-                     image_digest: str) -> None:
-        self.call("SELECT shell.mark_started(%s, %s, %s, %s, %s)",
-                  (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest))
+                     image_digest: str, runtime: str) -> None:
+        self.call("SELECT shell.mark_started(%s, %s, %s, %s, %s, %s)",
+                  (cmd.command_id, worker_id, cmd.attempt, container_id, image_digest, runtime))
 
     def append_output(self, cmd: ClaimedCommand, worker_id: str, seq: int, data: str,
                       notify: bool = True) -> None:
@@ -119,7 +121,7 @@ class ExecutorDatabase(Database):
     def host_sessions(self, session_ids: list[str]) -> list[HostSession]:
         """What the database says of these sessions (those it knows)."""
         rows = self.call("SELECT session_id::text AS session_id, user_id::text AS user_id, "
-                         "archived, stored, template FROM shell.host_sessions(%s::uuid[])",
+                         "archived, stored, template, runtime FROM shell.host_sessions(%s::uuid[])",
                          (session_ids,))
         return [HostSession(**row) for row in rows]
 

@@ -38,6 +38,7 @@ class Started:
     raw: socket.socket  # the same connection, for sendall/shutdown
     session_id: str
     image: str
+    runtime: str
     at: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
@@ -56,13 +57,13 @@ class Containers:
         self._seed_from_image = seed_from_image
         self.scope = scope
 
-    def start(self, image: str, labels: dict[str, str], volume: str, session_id: str,
-              on_created: Callable[[str], None] = lambda _container_id: None,
+    def start(self, image: str, runtime: str, labels: dict[str, str], volume: str,
+              session_id: str, on_created: Callable[[str], None] = lambda _container_id: None,
               command: list[str] | None = None) -> Started:
-        """Creates, attaches and starts a container. ``on_created`` runs
-        before the start (the caller records that it may run); if it fails,
-        the container is removed."""
-        container_id = self._create(image, labels, volume, command)
+        """Creates, attaches and starts a container under ``runtime``.
+        ``on_created`` runs before the start (the caller records that it may
+        run); if it fails, the container is removed."""
+        container_id = self._create(image, runtime, labels, volume, command)
         try:
             on_created(container_id)
         except BaseException:
@@ -76,7 +77,7 @@ class Containers:
             raw = sock._sock  # the SocketIO's socket: needed for sendall/shutdown
             raw.settimeout(None)  # a quiet command must not time out the read
             self._api.start(container_id)
-            return Started(container_id, sock, raw, session_id, image)
+            return Started(container_id, sock, raw, session_id, image, runtime)
         except ENGINE_ERRORS as exc:
             if raw is not None:
                 raw.close()
@@ -84,13 +85,14 @@ class Containers:
             self.remove(container_id)
             raise engine_error(exc, "start container", container_id) from exc
 
-    def _create(self, image: str, labels: dict[str, str], volume: str,
+    def _create(self, image: str, runtime: str, labels: dict[str, str], volume: str,
                 command: list[str] | None) -> str:
         try:
             created = self._api.create_container(
                 host_config=self._api.create_host_config(
                     **host_config_args(self._limits, self._shell_root, volume,
-                                       seed_from_image=self._seed_from_image)
+                                       seed_from_image=self._seed_from_image),
+                    runtime=runtime,
                 ),
                 **container_args(image, labels, self._shell_root, command),
             )

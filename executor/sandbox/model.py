@@ -50,6 +50,7 @@ class RunRequest:
     env: dict[str, str] = field(hash=False)  # the session's exported env at claim time
     image: str  # an immutable image id (sha256:…) or a tag
     interaction: Interaction | None = None  # None: stdin is /dev/null
+    runtime: str | None = None  # the container runtime (None: the sandbox's default)
 
 
 @dataclass(frozen=True)

@@ -65,12 +65,14 @@ class Sandbox:
         scope: str = "default",  # deployment name; reap() stays inside it
         copies_per_user: int = 0,  # copies of one user's sessions' files on this host (0: any)
         min_free_bytes: int = 0,  # no new loop image below this much free space
+        runtime: str = "runc",  # the container runtime of a request that names none
     ) -> None:
         if disk_quota not in ("loop", "none"):
             raise ValueError(f"disk_quota must be 'loop' or 'none', not {disk_quota!r}")
         self.limits = limits
         self.shell_root = shell_root
         self.scope = scope
+        self.runtime = runtime
         self._client = connect(docker_host)
         self._api = self._client.api
         self.volumes: LoopVolumes | PlainVolumes
@@ -96,6 +98,13 @@ class Sandbox:
             return "userns-remap"
         return "rootful"
 
+    def runtimes(self) -> set[str]:
+        """The container runtimes the engine has registered (docker info)."""
+        try:
+            return set(self._client.info().get("Runtimes") or ())
+        except ENGINE_ERRORS as exc:
+            raise engine_error(exc, "docker info") from exc
+
     def image_digest(self, image: str) -> str:
         """The immutable id (sha256:…) of ``image`` on this engine."""
         try:
@@ -105,12 +114,15 @@ class Sandbox:
 
     # -- warm containers --------------------------------------------------------
 
-    def warm(self, session_id: str, worker_id: str, image: str) -> Started:
+    def warm(self, session_id: str, worker_id: str, image: str,
+             runtime: str | None = None) -> Started:
         """A session's next container, started before its command exists:
         home mounted, hardening and limits as for any command, the
-        supervisor waiting on stdin. Used by at most one ``run``."""
+        supervisor waiting on stdin. Used by at most one ``run``, of the
+        same image and runtime."""
         volume = self.volumes.volume_for(session_id, image)
-        return self.containers.start(image, warm_labels(session_id, worker_id, self.scope),
+        return self.containers.start(image, runtime or self.runtime,
+                                     warm_labels(session_id, worker_id, self.scope),
                                      volume, session_id)
 
     def usable(self, warm: Started) -> bool:
@@ -149,7 +161,8 @@ class Sandbox:
         gives the input of a command with ``req.interaction``."""
         if warm is None:
             volume = self.volumes.volume_for(req.session_id, req.image)
-            started = self.containers.start(req.image, command_labels(req, self.scope), volume,
+            started = self.containers.start(req.image, req.runtime or self.runtime,
+                                            command_labels(req, self.scope), volume,
                                             req.session_id, on_created)
         else:
             started = warm
@@ -186,8 +199,9 @@ class Sandbox:
         write. Returns the conversation, with the manifest of the result."""
         session_id = req.session_id
         volume = self.volumes.volume_for(session_id, req.image)
-        started = self.containers.start(req.image, command_labels(req, self.scope), volume,
-                                        session_id, command=["restore"])
+        started = self.containers.start(req.image, req.runtime or self.runtime,
+                                        command_labels(req, self.scope), volume, session_id,
+                                        command=["restore"])
         raw = started.raw
         try:
             raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error

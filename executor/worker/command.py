@@ -57,6 +57,7 @@ class _Progress:
     run: Run
     image: str
     default_image: str
+    runtime: str
     writer: OutputWriter
     created: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -69,7 +70,7 @@ class _Progress:
 
     def on_started(self, container_id: str) -> None:
         cmd = self.run.claimed
-        self.db.mark_started(cmd, self.worker_id, container_id, self.image)
+        self.db.mark_started(cmd, self.worker_id, container_id, self.image, self.runtime)
         self.run.started_at = utc_now()
         metrics.command_started(time.monotonic() - self.run.claimed_monotonic)
         if cmd.image_digest and cmd.image_digest != self.default_image == self.image:
@@ -85,7 +86,7 @@ class CommandLife:
 
     def __init__(self, settings: Settings, worker_id: str, sandbox: Sandbox, signer: Signer,
                  files: HostFiles, images: ImagePromotion, warm: WarmPool,
-                 stop: threading.Event, remove: Callable[[str], None],
+                 stop: threading.Event, remove: Callable[[str], None], runtimes: set[str],
                  terminal_db: Callable[[], TerminalDatabase]) -> None:
         self._flush_s = settings.output_flush_interval_s
         self._notify_s = settings.output_notify_interval_s
@@ -98,6 +99,7 @@ class CommandLife:
         self._warm = warm
         self._stop = stop
         self._remove = remove  # a finished command's container, off the critical path
+        self._runtimes = runtimes  # those the engine had at start-up
         self._terminal_db = terminal_db  # a connection for a command's input
 
     def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
@@ -128,6 +130,11 @@ class CommandLife:
             self._complete_unstarted(db, run, f"template {cmd.template} has no image on this "
                                               "host, and no host with its image took the command")
             return
+        runtime = cmd.runtime or self._sandbox.runtime
+        if runtime not in self._runtimes:
+            self._complete_unstarted(db, run, f"runtime {runtime} is not available on this host "
+                                              f"(it has {', '.join(sorted(self._runtimes))})")
+            return
         image = self._images.for_command(cmd, default_image)
         interaction = self._interaction(db, run)
         save_output = metrics.counting_output(
@@ -135,10 +142,11 @@ class CommandLife:
         writer = OutputWriter(save_output, self._flush_s,
                               lambda: db.announce_output(cmd, self._worker_id), self._notify_s,
                               eager=interaction is not None and interaction.tty)
-        progress = _Progress(db, self._worker_id, run, image, default_image, writer)
+        progress = _Progress(db, self._worker_id, run, image, default_image, runtime, writer)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self._worker_id, command=cmd.command, cwd=cmd.cwd,
-                             env=dict(cmd.env), image=image, interaction=interaction)
+                             env=dict(cmd.env), image=image, interaction=interaction,
+                             runtime=runtime)
         try:
             capture, result = self._run_until_engine_answers(request, store, progress)
         except RestoreFailed as exc:
@@ -173,7 +181,7 @@ class CommandLife:
         run = progress.run
         # The session's warm container, if this executor holds one: only the
         # first attempt may use it (a retry means the engine went away).
-        taken = self._warm.take(request.session_id, request.image)
+        taken = self._warm.take(request.session_id, request.image, progress.runtime)
         warm = [taken] if taken is not None else []
 
         def attempt() -> tuple[Capture, RunResult]:
@@ -214,7 +222,8 @@ class CommandLife:
             self._complete(db, run, Completion(
                 status="failed", exit_code=None, reason=reason,
                 output_sha256=progress.writer.output_sha256, image_digest=progress.image,
-                started_at=run.started_at, input_sha256=run.input_sha256))
+                started_at=run.started_at, input_sha256=run.input_sha256,
+                runtime=progress.runtime))
         elif progress.created.is_set() or not self._stop.is_set():
             metrics.CONTAINER_START_FAILURES.inc()
             self._complete_unstarted(db, run, f"container failed to start: {exc}")
@@ -240,12 +249,12 @@ class CommandLife:
             duration_ms=int(result.duration_s * 1000), cwd_after=result.cwd,
             env_after=result.env, root_after=files.root_after,
             host=self._host_id if files.captured is not None else None,
-            input_sha256=run.input_sha256))
+            input_sha256=run.input_sha256, runtime=progress.runtime))
         self._files.committed(cmd.session_id, files)
         if result.reason is None:  # the session is in use: its next command starts warm
             image = self._images.of_template(cmd.template) or progress.default_image
             self._warm.prepare(cmd.session_id, image, cmd.user_id,
-                               files.root_after is not None)
+                               files.root_after is not None, progress.runtime)
         log.info("completed command_id=%s status=%s exit_code=%s reason=%s",
                  cmd.command_id, end.status, end.exit_code, end.reason)
         self._remove(result.container_id)

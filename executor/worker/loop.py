@@ -100,6 +100,15 @@ class Worker:
                 "the Docker engine is rootful: a container escape would be root on the host. "
                 "Use a rootless engine (ops/rootless-docker), "
                 "or set PG_SHELL_ALLOW_ROOTFUL=1 to accept it.")
+        runtimes = self._sandbox.runtimes()
+        if self.settings.runtime not in runtimes:
+            raise PgShellError(
+                f"PG_SHELL_RUNTIME={self.settings.runtime}: the Docker engine has no runtime "
+                f"{self.settings.runtime} (it has {', '.join(sorted(runtimes))}). "
+                "ops/docker-engine registers runsc (gVisor) with an engine it runs.")
+        log.info("worker %s: commands run under %s unless their user's runtime is another "
+                 "(the engine has %s)", self.worker_id, self.settings.runtime,
+                 ", ".join(sorted(runtimes)))
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
         self._warm = WarmPool(self._sandbox, self.worker_id, self.settings.effective_warm_max(),
                               self.settings.warm_idle_s, self.settings.warm_per_user,
@@ -107,6 +116,7 @@ class Worker:
         self._copies = ArchivedCopies(self._sandbox, self._warm)
         self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
                                  self._files, images, self._warm, self._stop, self._remove_later,
+                                 runtimes,
                                  lambda: TerminalDatabase(self._dsn, self.settings.executor_role,
                                                           name="pg-shell-executor input"))
         db = self._database("start-up")
@@ -208,7 +218,7 @@ class Worker:
         image = self._images.of_template(found[0].template) if found and self._images else None
         if image is None or not self._adopting.adopt_session(session_id, self.settings.host_id):
             return None
-        return Adoption(found[0].user_id, image)
+        return Adoption(found[0].user_id, image, found[0].runtime)
 
     def _drop_archived(self, session_id: str) -> None:
         """On the remover's one thread, on its own connection."""

@@ -38,11 +38,13 @@ TAKE_WAIT_S = 10.0
 
 @dataclass(frozen=True)
 class Adoption:
-    """A session this host adopted for a warm start: its user, and the
-    image of its template on this host."""
+    """A session this host adopted for a warm start: its user, the
+    image of its template on this host, and its user's runtime (None: the
+    executor's default)."""
 
     user_id: str
     image: str
+    runtime: str | None
 
 
 class WarmPool:
@@ -84,13 +86,14 @@ class WarmPool:
         return sum(len(started) for started in self._held.values())
 
     def prepare(self, session_id: str, image: str, user_id: str | None = None,
-                stored: bool = False) -> None:
-        """Starts the session's next container in the background, unless it
-        holds its part already or one is starting, or the pool (or the
+                stored: bool = False, runtime: str | None = None) -> None:
+        """Starts the session's next container on ``image`` under
+        ``runtime`` (None: the sandbox's default) in the background, unless
+        it holds its part already or one is starting, or the pool (or the
         user's part) is full; once it is held, the next, up to
         ``per_session``. ``stored``: the session's files are in the database."""
         if self._reserve(session_id, user_id, stored):
-            self._starter.submit(self._start, session_id, image)
+            self._starter.submit(self._start, session_id, image, runtime)
 
     def adopt(self, session_id: str, claim: Callable[[str], Adoption | None]) -> None:
         """A new session, or one a client opened: if this executor is the
@@ -102,7 +105,7 @@ class WarmPool:
             # so that no other executor of this host starts a second one.
             self._starter.submit(self._take_request, session_id, claim)
         elif self._reserve(session_id, None, True):
-            self._starter.submit(self._start, session_id, None, claim)
+            self._starter.submit(self._start, session_id, None, None, claim)
 
     def _has(self, session_id: str) -> bool:
         with self._lock:
@@ -133,24 +136,25 @@ class WarmPool:
                    for session, (user, _) in self._users.items() if user == user_id)
         return mine < self._per_user
 
-    def _start(self, session_id: str, image: str | None,
+    def _start(self, session_id: str, image: str | None, runtime: str | None,
                claim: Callable[[str], Adoption | None] | None = None) -> None:
-        """Starts the queued container on ``image``, or, with ``claim``, on
-        the image the adoption names."""
+        """Starts the queued container on ``image`` under ``runtime``, or,
+        with ``claim``, on the image and runtime the adoption names."""
         if not self._begin(session_id):
             return
         started = None
         try:
             if claim is not None:
-                image = self._adopted(session_id, claim)
+                adoption = self._adopted(session_id, claim)
+                image, runtime = (adoption.image, adoption.runtime) if adoption else (None, None)
             if image is None:
                 return
             user_id, stored = self._users.get(session_id, (None, False))
-            started = self._warm(session_id, image, user_id if stored else None)
+            started = self._warm(session_id, image, runtime, user_id if stored else None)
         finally:
             self._end(session_id, started)
         if started is not None:  # the next one, if the session's part is not full
-            self.prepare(session_id, image)
+            self.prepare(session_id, image, runtime=started.runtime)
 
     @staticmethod
     def _take_request(session_id: str, claim: Callable[[str], Adoption | None]) -> None:
@@ -159,8 +163,9 @@ class WarmPool:
         except PgShellError as exc:
             log.warning("could not adopt session_id=%s: %s", session_id, exc)
 
-    def _adopted(self, session_id: str, claim: Callable[[str], Adoption | None]) -> str | None:
-        """Adopts the session: the image its container starts on; None if
+    def _adopted(self, session_id: str,
+                 claim: Callable[[str], Adoption | None]) -> Adoption | None:
+        """Adopts the session: what its container starts on; None if
         another host has it, or if its user already holds their part of the
         pool (the adoption stands: the session's next command starts its own
         container here)."""
@@ -177,7 +182,7 @@ class WarmPool:
                          session_id, self._per_user)
                 return None
             self._users[session_id] = (adoption.user_id, True)
-        return adoption.image
+        return adoption
 
     def _begin(self, session_id: str) -> bool:
         """A queued start begins, unless a command took its place meanwhile."""
@@ -191,12 +196,13 @@ class WarmPool:
             self._starting[session_id] = threading.Event()
             return True
 
-    def _warm(self, session_id: str, image: str, owner: str | None) -> Started | None:
+    def _warm(self, session_id: str, image: str, runtime: str | None,
+              owner: str | None) -> Started | None:
         try:
             # The copy is in use from before its volume is made until the
             # container holds it: never evicted in between (host_copies.py).
             with self._sandbox.volumes.hold(session_id, owner):
-                return self._sandbox.warm(session_id, self._worker_id, image)
+                return self._sandbox.warm(session_id, self._worker_id, image, runtime)
         except SandboxError as exc:
             log.warning("no warm container for session_id=%s: %s", session_id, exc)
         except Exception:
@@ -216,8 +222,9 @@ class WarmPool:
             self._waste(started, unwanted)
         done.set()  # after it is held (or gone): a command waiting for it takes it now
 
-    def take(self, session_id: str, image: str) -> Started | None:
-        """The session's warm container for a command on ``image``, if one
+    def take(self, session_id: str, image: str, runtime: str) -> Started | None:
+        """The session's warm container for a command on ``image`` under
+        ``runtime``, if one
         is held and still waits, or, when none is, is being started now (it
         began before a start of the command's own could, and waiting for it
         costs less than a second start beside it on the engine); it leaves
@@ -235,7 +242,7 @@ class WarmPool:
             with self._lock:
                 started = self._hand_out(session_id)
         if started is not None:  # its place is filled from now, not once the command ended
-            self.prepare(session_id, image)
+            self.prepare(session_id, image, runtime=runtime)
             with self._lock:
                 self._forget_if_idle(session_id)
         if started is None:
@@ -244,6 +251,10 @@ class WarmPool:
         if started.image != image:
             self._waste(started, "image")
             metrics.WARM_MISSES.labels("image").inc()
+            return None
+        if started.runtime != runtime:  # the user was put on another runtime meanwhile
+            self._waste(started, "runtime")
+            metrics.WARM_MISSES.labels("runtime").inc()
             return None
         if not self._sandbox.usable(started):
             self._waste(started, "dead")

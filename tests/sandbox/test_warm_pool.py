@@ -38,11 +38,12 @@ class HeldStarts(Sandbox):
         self.entered[session_id] = threading.Event()
         self.go[session_id] = threading.Event()
 
-    def warm(self, session_id: str, worker_id: str, image: str) -> Started:
+    def warm(self, session_id: str, worker_id: str, image: str,
+             runtime: str | None = None) -> Started:
         if session_id in self.go:
             self.entered[session_id].set()
             self.go[session_id].wait(HANG)
-        return super().warm(session_id, worker_id, image)
+        return super().warm(session_id, worker_id, image, runtime)
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_a_command_that_comes_while_its_warm_start_runs_waits_for_it_and_runs_in
     pool.prepare(session_id, image)
     assert held.entered[session_id].wait(HANG)  # the start is under way, nothing held yet
     taken: list[Started | None] = []
-    taker = threading.Thread(target=lambda: taken.append(pool.take(session_id, image)))
+    taker = threading.Thread(target=lambda: taken.append(pool.take(session_id, image, "runc")))
     taker.start()
     taker.join(0.5)
     assert taker.is_alive()  # it waits for the start instead of missing it
@@ -95,7 +96,7 @@ def test_a_command_that_comes_while_its_warm_start_runs_waits_for_it_and_runs_in
     held.remove_container(result.container_id)
     # Used once and never kept: its place was filled from the moment it was
     # taken, by another container.
-    again = pool.take(session_id, image)
+    again = pool.take(session_id, image, "runc")
     assert again is not None and again.container_id != started.container_id
     pool.finished(again)
     held.discard(again)
@@ -110,7 +111,7 @@ def test_a_warm_start_still_queued_when_its_command_comes_is_never_made(
     pool.prepare(busy, image)
     assert held.entered[busy].wait(HANG)  # the one starter is busy: the next waits in line
     pool.prepare(queued, image)
-    assert pool.take(queued, image) is None  # not waited for: its command starts its own
+    assert pool.take(queued, image, "runc") is None  # not waited for: its command starts its own
     pool.prepare(after, image)
     held.go[busy].set()
     # One starter takes them in order: once the last is held, the queued one's turn is over.
@@ -126,10 +127,10 @@ def test_a_session_holds_two_and_a_taken_one_is_replaced_at_once(
     try:
         pool.prepare(session_id, image)
         wait_for("the session's two warm containers", lambda: pool.count() == 2, HANG)
-        first = pool.take(session_id, image)
+        first = pool.take(session_id, image, "runc")
         # Typed right after: the second is ready now, and the first's place
         # is being filled while its command would run.
-        second = pool.take(session_id, image)
+        second = pool.take(session_id, image, "runc")
         assert first is not None and second is not None
         assert first.container_id != second.container_id
         wait_for("both places filled again", lambda: pool.count() == 2, HANG)
@@ -178,7 +179,7 @@ def test_archiving_a_session_while_its_warm_start_runs_leaves_no_container_and_s
         assert pool.count() == 0 and containers_of(docker_client, session_id) == []
         # Unarchived, its command is taken here again, and its completion
         # asks for its next containers: they start.
-        assert pool.take(session_id, image) is None
+        assert pool.take(session_id, image, "runc") is None
         pool.prepare(session_id, image)
         wait_for("its warm containers again", lambda: pool.count() == 2, HANG)
     finally:
