@@ -293,7 +293,7 @@ class DockerAttachPath:
         args = container_args(image, {BENCH_LABEL: tag}, shell_root)
         args.update(tty=True, entrypoint=["bash", "-c", program], command=None)
         host = api.create_host_config(**host_config_args(Limits(), shell_root, self._volume.name,
-                                                         seed_from_image=True))
+                                                         "runc", seed_from_image=True))
         self.container_id = str(api.create_container(host_config=host, **args)["Id"])
         sock = api.attach_socket(self.container_id,
                                  params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})

@@ -17,9 +17,11 @@ same hardening flags, measured side by side in one run:
 
 It makes its own database (dropped at the end), a user, and runs
 `python -m executor.cli.main executor` as a subprocess. Prints one JSON
-object per line on stdout; progress goes to stderr.
+object per line on stdout; progress goes to stderr. With `--runtime runsc`
+both sides run on gVisor (the executor with PG_SHELL_RUNTIME, the reference
+with `docker run --runtime`): run it once per runtime to compare them.
 
-    .venv/bin/python -m bench.executor --runs 30
+    .venv/bin/python -m bench.executor --runs 30 [--runtime runsc]
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"  # the image's sandbox user, as th
 # The executor's defaults (executor/config.py), as docker run flags.
 MEMORY_MB, PIDS, CPUS, NOFILE, FSIZE_MB, TMPFS_MB = 256, 128, 1.0, 256, 64, 16
 REPORT = Report("executor")
+# The container runtime of both sides (--runtime).
+RUNTIME = {"name": "runc"}
 log, emit = REPORT.log, REPORT.emit_figure
 
 
@@ -70,7 +74,8 @@ def reference_argv(image: str, command: str) -> list[str]:
     """`docker run --rm` with the flags the executor gives every container."""
     mib = 1024 * 1024
     return [
-        "docker", "run", "--rm", "--read-only", "--network", "none", "--cap-drop", "ALL",
+        "docker", "run", "--rm", "--runtime", RUNTIME["name"],
+        "--read-only", "--network", "none", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--user", SANDBOX_USER,
         "--pids-limit", str(PIDS), "--memory", f"{MEMORY_MB}m", "--memory-swap", f"{MEMORY_MB}m",
         "--cpus", str(CPUS), "--ulimit", f"nofile={NOFILE}:{NOFILE}",
@@ -346,12 +351,15 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30, help="latency runs per side (default 30)")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--per-session", type=int, default=10)
+    parser.add_argument("--runtime", default="runc",
+                        help="the container runtime of both sides: runc or runsc (default runc)")
     parser.add_argument("--template", metavar="NAME",
                         help="run the sessions on a template whose image is --image (the "
                              "executor's own stays pg-shell-sandbox:latest), e.g. a large one: "
                              "--template dev --image pg-shell-sandbox:dev")
     args = parser.parse_args()
     admin_dsn = require_dsn(parser, args)
+    RUNTIME["name"] = args.runtime
 
     scope = f"bench-{secrets.token_hex(4)}"
     worker_id = f"bench-executor-{secrets.token_hex(4)}"
@@ -368,9 +376,11 @@ def main() -> int:
                 offer_template(dsn, args.template, image)
             env = executor_env(dsn, image_id(DEFAULT_IMAGE) if args.template else image, {
                 "PG_SHELL_WORKER_ID": worker_id, "PG_SHELL_SCOPE": scope,
-                "PG_SHELL_VOLUMES_DIR": volumes_dir, "PG_SHELL_DISK_QUOTA_MB": "64"})
+                "PG_SHELL_VOLUMES_DIR": volumes_dir, "PG_SHELL_DISK_QUOTA_MB": "64",
+                "PG_SHELL_RUNTIME": args.runtime})
             log(f"database {database_name(dsn)}, image {image[:19]}"
                 + (f" as template {args.template}" if args.template else "")
+                + f", runtime {args.runtime}"
                 + f", executor log {log_path}")
 
             daemon = start_daemon(env, log_path, concurrency=4)

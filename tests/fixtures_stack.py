@@ -26,9 +26,17 @@ from tests.engine_cleanup import remove_labelled
 
 
 @pytest.fixture
-def executor_env(db: str, sandbox_image: str, tmp_path: Path) -> dict[str, str]:
+def runtime() -> str:
+    """The container runtime the executor runs commands under; tests/security
+    overrides it to run every attack under each runtime."""
+    return "runc"
+
+
+@pytest.fixture
+def executor_env(db: str, sandbox_image: str, tmp_path: Path, runtime: str) -> dict[str, str]:
     volumes = tempfile.mkdtemp(prefix="pgtest-exec-vol-", dir="/var/tmp")
     return executor_env_of(db, sandbox_image, {
+        "PG_SHELL_RUNTIME": runtime,
         "PG_SHELL_WORKER_ID": f"pgtest-{secrets.token_hex(4)}",
         # Each test's database is its own deployment: reaping stays inside it.
         "PG_SHELL_SCOPE": psycopg2.extensions.parse_dsn(db)["dbname"],

@@ -22,9 +22,10 @@ from typing import Any, Protocol
 # the entry applied (null for a command), so the database's record of an
 # upload, which no executor signs, vouches for what was put where
 # (sql/migrations/0025_audit_uploads_files.sql); version 5 the SHA-256 of
-# the input the command took (null without input; DESIGN.md §13). Earlier
-# records stay valid for what they state.
-RECORD_VERSION = 5
+# the input the command took (null without input; DESIGN.md §13); version 6
+# the container runtime it ran under (sql/migrations/0044_runtimes.sql).
+# Earlier records stay valid for what they state.
+RECORD_VERSION = 6
 DATABASE_SIGNER = "database"
 # The records the database writes itself (shell.chain_result: uploads, and
 # commands that end without an executor's record, e.g. cancelled before they

@@ -90,9 +90,8 @@ class Containers:
         try:
             created = self._api.create_container(
                 host_config=self._api.create_host_config(
-                    **host_config_args(self._limits, self._shell_root, volume,
-                                       seed_from_image=self._seed_from_image),
-                    runtime=runtime,
+                    **host_config_args(self._limits, self._shell_root, volume, runtime,
+                                       seed_from_image=self._seed_from_image)
                 ),
                 **container_args(image, labels, self._shell_root, command),
             )

@@ -12,11 +12,22 @@ userns-remap's) default subordinate range of 65536 ids still maps it.
 The system calls: the engine's own default seccomp profile minus io_uring
 (sandbox-image/seccomp.json, written by ops/seccomp-profile), passed with
 every container so no engine default and no "unconfined" ever applies.
+Under gVisor (runsc, registered with --oci-seccomp by ops/gvisor) the same
+filter runs inside gVisor's kernel, with two changes for how that kernel
+reads it (Debian's release, 2022-12-19):
+- clone3 is left to gVisor's kernel. The profile answers clone3 with ENOSYS
+  so that glibc falls back to clone, whose flags the filter can inspect;
+  gVisor's filters answer every refusal with EPERM instead, on which glibc
+  gives up, and no program could start another. gVisor's kernel has no
+  clone3 and says ENOSYS itself, so the fallback to the filtered clone stays.
+- pselect6 is also named pselect, gVisor's name for it: a name it does not
+  know is dropped from the filter, and select() in Python would fail.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 
 from executor.resources import resource_dir
 
@@ -26,11 +37,24 @@ SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 SECCOMP_FILE = "seccomp.json"
 
 
+GVISOR = "runsc"
+
+
 @functools.cache
-def seccomp_profile() -> str:
-    """The profile's JSON text, as the engine's API takes it ("seccomp=<json>")."""
-    return (resource_dir("sandbox-image") / SECCOMP_FILE).read_text(encoding="utf-8")
+def seccomp_profile(runtime: str = "runc") -> str:
+    """The profile's JSON text for containers of ``runtime``, as the
+    engine's API takes it ("seccomp=<json>")."""
+    text = (resource_dir("sandbox-image") / SECCOMP_FILE).read_text(encoding="utf-8")
+    if runtime != GVISOR:
+        return text
+    profile = json.loads(text)
+    rules = [rule for rule in profile["syscalls"] if "clone3" not in rule["names"]]
+    for rule in rules:
+        if "pselect6" in rule["names"]:
+            rule["names"] = [*rule["names"], "pselect"]
+    profile["syscalls"] = [*rules, {"names": ["clone3"], "action": "SCMP_ACT_ALLOW"}]
+    return json.dumps(profile)
 
 
-def security_options() -> list[str]:
-    return ["no-new-privileges", f"seccomp={seccomp_profile()}"]
+def security_options(runtime: str = "runc") -> list[str]:
+    return ["no-new-privileges", f"seccomp={seccomp_profile(runtime)}"]

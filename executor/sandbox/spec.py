@@ -32,7 +32,7 @@ LABEL_SCOPE = "pg-shell.scope"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def host_config_args(limits: Limits, shell_root: str, volume: str,
+def host_config_args(limits: Limits, shell_root: str, volume: str, runtime: str,
                      seed_from_image: bool = False) -> dict[str, Any]:
     """Keyword arguments for APIClient.create_host_config.
 
@@ -46,7 +46,8 @@ def host_config_args(limits: Limits, shell_root: str, volume: str,
         "read_only": True,
         "network_mode": "none",
         "cap_drop": ["ALL"],
-        "security_opt": security_options(),
+        "runtime": runtime,
+        "security_opt": security_options(runtime),
         "privileged": False,
         "pids_limit": limits.pids,
         "mem_limit": limits.memory_bytes,

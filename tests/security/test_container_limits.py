@@ -18,6 +18,7 @@ import pytest
 
 from executor.sandbox.hardening import SANDBOX_GID, SANDBOX_UID, seccomp_profile
 from tests.conftest import require
+from tests.security.conftest import RUNC_ONLY
 
 MiB = 1024 * 1024
 
@@ -47,6 +48,24 @@ def test_io_uring_is_refused_while_other_system_calls_work(daemon, shell):
     assert "getpid-ok=True" in out and re.search(r"Seccomp:\s+2", out), out
 
 
+
+def test_gvisors_profile_differs_only_where_its_filter_reads_the_profile_otherwise():
+    runc, runsc = json.loads(seccomp_profile()), json.loads(seccomp_profile("runsc"))
+
+    def names(profile: dict) -> set[str]:
+        return {n for r in profile["syscalls"] for n in r["names"]}
+
+    def allowed(profile: dict) -> set[str]:
+        return {n for r in profile["syscalls"] if r["action"] == "SCMP_ACT_ALLOW"
+                and not r.get("includes") and not r.get("excludes") for n in r["names"]}
+
+    assert {k: v for k, v in runc.items() if k != "syscalls"} == \
+        {k: v for k, v in runsc.items() if k != "syscalls"}
+    assert names(runsc) - names(runc) == {"pselect"}
+    assert allowed(runsc) - allowed(runc) == {"clone3", "pselect"}
+    assert not allowed(runsc) & {"io_uring_setup", "io_uring_enter", "io_uring_register"}
+
+
 def test_the_shipped_profile_is_the_engines_default_minus_io_uring():
     profile = json.loads(seccomp_profile())
     allowed = {n for r in profile["syscalls"] if r["action"] == "SCMP_ACT_ALLOW"
@@ -73,6 +92,7 @@ def test_no_core_dump_is_written_and_the_limit_cannot_be_raised(daemon, shell):
     assert "Segmentation fault" in out and "core dumped" not in out, out
 
 
+@RUNC_ONLY
 def test_dev_shm_is_sized_and_counted_in_the_memory_limit(daemon, shell):
     row = shell.run(
         "df -k --output=size /dev/shm | tail -1;"

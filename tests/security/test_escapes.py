@@ -22,6 +22,7 @@ import docker.errors
 import psycopg2.extensions
 
 from executor.sandbox.output import truncation_notice
+from tests.security.conftest import RUNC_ONLY
 
 ROOT = "/home/sandbox"
 MiB = 1024 * 1024
@@ -235,6 +236,7 @@ echo "uid=$(id -u) euid=$(id -u) caps=$(grep CapEff /proc/self/status | cut -f2)
 """
 
 
+@RUNC_ONLY
 def test_privilege_and_kernel_interfaces_are_refused(daemon, shell):
     row = shell.run(PRIVILEGE_PROBE)
     assert row["status"] == "done", row
@@ -261,6 +263,7 @@ def test_privilege_and_kernel_interfaces_are_refused(daemon, shell):
     assert "uid=0" not in out and "\n0\n" not in out
 
 
+@RUNC_ONLY
 def test_ptrace_reaches_only_the_tenants_own_processes(daemon, shell):
     # The default seccomp profile allows ptrace (kernel >= 4.8) and this
     # kernel has no Yama, so attaching to a same-uid sibling may work. What
@@ -342,6 +345,7 @@ def test_executor_secrets_are_nowhere_in_the_container(make_daemon, shell):
 # -- resource exhaustion -------------------------------------------------------------------------
 
 
+@RUNC_ONLY
 def test_fork_bomb_ends_and_another_tenant_is_unaffected(make_daemon, make_shell, docker_client):
     daemon = make_daemon(PG_SHELL_TIMEOUT_S="5", PG_SHELL_PIDS="64").start()
     alice, bob = make_shell("alice"), make_shell("bob")
@@ -600,6 +604,7 @@ def test_loader_variables_cannot_brick_the_session(daemon, make_shell):
     assert daemon.proc.poll() is None
 
 
+@RUNC_ONLY
 def test_hostile_environments_are_rejected_and_the_previous_one_kept(daemon, shell):
     kept = ok(shell.run("export KEEP_ME=yes"))["env_after"]
     assert kept["KEEP_ME"] == "yes"
