@@ -130,7 +130,7 @@ def test_the_executor_reads_the_position_signs_and_completes_in_one_transaction(
         db_audit.register_key(executor_db, signer.public_key_hex, "w1")
         claimed = executor_db.claim("w1", 1, 30)[0]
         assert claimed.command_id == first
-        executor_db.mark_started(claimed, "w1", "ctr", "sha256:test")
+        executor_db.mark_started(claimed, "w1", "ctr", "sha256:test", "runc")
         seen: list[ChainPosition] = []
 
         def sign(position: ChainPosition) -> SignedRecord:
@@ -138,7 +138,7 @@ def test_the_executor_reads_the_position_signs_and_completes_in_one_transaction(
             text = result_record(signer=signer.key_id, worker_id="w1", claimed=claimed,
                                  outcome=Completion(status="done", exit_code=0, reason=None,
                                                     output_sha256=sha256_hex(""),
-                                                    image_digest="sha256:test"),
+                                                    image_digest="sha256:test", runtime="runc"),
                                  position=position)
             return SignedRecord(text, signer.sign(text), signer.key_id)
 

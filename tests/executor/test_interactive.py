@@ -158,7 +158,7 @@ def test_the_signed_record_vouches_for_the_input(daemon, shell, db):
     try:
         record = json.loads(one(owner, "SELECT result_record FROM shell.commands WHERE id = %s",
                                 (cid,)))
-        assert record["v"] == 5 and len(record["input_sha256"]) == 64
+        assert record["v"] >= 5 and len(record["input_sha256"]) == 64  # a version with it
         call(owner, "UPDATE shell.command_input SET data = 'other\r' WHERE command_id = %s "
              "AND seq = 0", (cid,))
         code, report = verify(db)
