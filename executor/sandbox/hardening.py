@@ -22,6 +22,17 @@ reads it (Debian's release, 2022-12-19):
   clone3 and says ENOSYS itself, so the fallback to the filtered clone stays.
 - pselect6 is also named pselect, gVisor's name for it: a name it does not
   know is dropped from the filter, and select() in Python would fail.
+
+The count of processes: under runc the container's pids limit is the
+tenant's. Under gVisor's ptrace platform that limit counts the host's side
+of the sandbox: the sentry and its gofer (about 40 threads at rest) and, for
+each process of the tenant, a stub traced by one host thread per sentry
+thread that entered it (about 8.5 per process, measured on a 2-CPU host).
+Left at the tenant's count, ten processes would exhaust it and the sentry
+would die with the command. So under gVisor the tenant's count is
+RLIMIT_NPROC, which gVisor's kernel, this sandbox's alone, counts for the
+sandbox (under runc it would count the uid across the host), and the pids
+limit bounds the host threads, sized from it.
 """
 
 from __future__ import annotations
@@ -54,6 +65,18 @@ def seccomp_profile(runtime: str = "runc") -> str:
             rule["names"] = [*rule["names"], "pselect"]
     profile["syscalls"] = [*rules, {"names": ["clone3"], "action": "SCMP_ACT_ALLOW"}]
     return json.dumps(profile)
+
+
+GVISOR_HOST_THREADS_AT_REST = 64
+GVISOR_HOST_THREADS_PER_PROCESS = 16
+
+
+def process_limits(runtime: str, pids: int) -> tuple[int, int | None]:
+    """(the container's pids limit, its nproc ulimit or None) for a tenant
+    allowed ``pids`` processes under ``runtime``."""
+    if runtime != GVISOR:
+        return pids, None
+    return GVISOR_HOST_THREADS_AT_REST + GVISOR_HOST_THREADS_PER_PROCESS * pids, pids
 
 
 def security_options(runtime: str = "runc") -> list[str]:

@@ -14,7 +14,7 @@ class Limits:
 
     timeout_s: float = 30
     memory_bytes: int = 256 * MiB  # also the memory+swap limit: no swap
-    pids: int = 128  # --pids-limit, not an nproc ulimit (that one is per uid, host-wide)
+    pids: int = 128  # processes: --pids-limit under runc (hardening.process_limits)
     cpus: float = 1.0
     nofile: int = 256
     fsize_bytes: int = 64 * MiB

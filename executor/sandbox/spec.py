@@ -15,7 +15,7 @@ from typing import Any
 
 from docker.types import LogConfig, Mount, Ulimit
 
-from .hardening import SANDBOX_USER, security_options
+from .hardening import SANDBOX_USER, process_limits, security_options
 from .model import Limits, RunRequest
 from .state import NAME_RE, is_reserved
 
@@ -42,6 +42,7 @@ def host_config_args(limits: Limits, shell_root: str, volume: str, runtime: str,
     could not write its own home. Loop volumes never are seeded: mkfs already
     made them the sandbox user's.
     """
+    pids_limit, nproc = process_limits(runtime, limits.pids)
     return {
         "read_only": True,
         "network_mode": "none",
@@ -49,7 +50,7 @@ def host_config_args(limits: Limits, shell_root: str, volume: str, runtime: str,
         "runtime": runtime,
         "security_opt": security_options(runtime),
         "privileged": False,
-        "pids_limit": limits.pids,
+        "pids_limit": pids_limit,
         "mem_limit": limits.memory_bytes,
         "memswap_limit": limits.memory_bytes,  # equal: no swap
         "nano_cpus": int(limits.cpus * 1e9),
@@ -59,6 +60,7 @@ def host_config_args(limits: Limits, shell_root: str, volume: str, runtime: str,
             # Hard 0: a crashing program cannot write its memory out (to the
             # volume, past the tenant's view of what it stored).
             Ulimit(name="core", soft=0, hard=0),
+            *([Ulimit(name="nproc", soft=nproc, hard=nproc)] if nproc else []),
         ],
         # Sized like /tmp; tmpfs pages count in the container's memory limit.
         "shm_size": limits.tmpfs_bytes,

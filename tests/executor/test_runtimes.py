@@ -86,3 +86,31 @@ def test_runtime_names_are_checked(db, shell):
     assert bad.returncode != 0 and "not a runtime name: Not A Name [22023]" in bad.stderr
     nobody = cli(db, "user", "runtime", "nobody", "runsc")
     assert nobody.returncode != 0 and "no user nobody [22023]" in nobody.stderr
+
+
+def test_on_gvisor_a_tenant_starts_as_many_processes_as_its_limit_and_no_more(
+        db, runsc, make_daemon, shell):
+    # gVisor's kernel counts them (RLIMIT_NPROC); the host's pids limit is
+    # sized for its threads, which once ran out at ten processes and took
+    # the sandbox down with the command.
+    make_daemon(PG_SHELL_PIDS="48").start()
+    put_on(db, "alice", runsc)
+    row = shell.run("""python3 -c '
+import os, time
+started = 0
+try:
+    while started < 100:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        started += 1
+except OSError as exc:
+    print("refused", exc.errno)
+print("started", started)
+'""")
+    assert (row["status"], row["runtime"]) == ("done", "runsc"), row["output"]
+    lines = row["output"].splitlines()
+    assert lines[0] == "refused 11", row["output"]  # EAGAIN
+    started = int(lines[1].removeprefix("started "))
+    # 48, less the supervisor, the shell and python itself.
+    assert 40 <= started <= 45, row["output"]

@@ -22,13 +22,6 @@ from tests.executor.conftest import (  # noqa: F401 - fixtures and helpers re-ex
 )
 
 RUNTIMES = ("runc", "runsc")
-# The attacks whose command does not complete under runsc yet: under gVisor's
-# kernel the supervisor loses the command's state report after it (a
-# /dev/shm filled, a fork bomb, a traced process, 200 exported variables,
-# the privilege probes), so the command fails with "the scan of the home did
-# not finish" and its files are not saved: it fails closed, but it fails.
-# Until that is fixed they run under runc only, and the others under both.
-RUNC_ONLY = pytest.mark.parametrize("runtime", ["runc"], indirect=True)
 
 
 @pytest.fixture(params=RUNTIMES)
@@ -37,3 +30,10 @@ def runtime(request: pytest.FixtureRequest, docker_client: Any) -> str:
     require(name in (docker_client.info().get("Runtimes") or {}),
             f"the {name} runtime registered with the engine (ops/gvisor)")
     return name
+
+
+def ok(row: dict) -> dict:
+    """``row``, a command that succeeded (else its output says why not)."""
+    assert (row["status"], row["exit_code"], row["reason"]) == ("done", 0, None), (
+        row["command"], row["output"][-2000:])
+    return row
