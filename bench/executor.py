@@ -6,6 +6,8 @@ same hardening flags, measured side by side in one run:
   ratio ours/reference: hot (consecutive commands of one session, which
   find their warm container; target <= 0.5) and cold (the first command of
   a new session; target <= 1.0);
+* a process-heavy command (200 starts of /bin/true, then `echo hi`) in a
+  hot session vs the same `docker run --rm`: the runtime's cost per process;
 * dispatch latency (submitted_at → claimed_at, the database's own clock)
   with an idle executor, p50 (target <= 5 ms);
 * throughput: 50 sessions x 10 commands at concurrency 4 vs 4 parallel
@@ -57,7 +59,7 @@ from bench.common import (
 from bench.common import (
     percentile_interpolated as pct,
 )
-from executor.sandbox.hardening import SANDBOX_GID, SANDBOX_UID
+from executor.sandbox.hardening import SANDBOX_GID, SANDBOX_UID, process_limits
 from tests.daemon import Daemon, executor_env
 from tests.support import call, connect_as
 
@@ -65,6 +67,8 @@ SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"  # the image's sandbox user, as th
 # The executor's defaults (executor/config.py), as docker run flags.
 MEMORY_MB, PIDS, CPUS, NOFILE, FSIZE_MB, TMPFS_MB = 256, 128, 1.0, 256, 64, 16
 REPORT = Report("executor")
+# Many short processes, one after another: what a runtime costs per start.
+PROCESS_HEAVY = "for i in $(seq 200); do /bin/true; done; echo hi"
 # The container runtime of both sides (--runtime).
 RUNTIME = {"name": "runc"}
 log, emit = REPORT.log, REPORT.emit_figure
@@ -73,11 +77,13 @@ log, emit = REPORT.log, REPORT.emit_figure
 def reference_argv(image: str, command: str) -> list[str]:
     """`docker run --rm` with the flags the executor gives every container."""
     mib = 1024 * 1024
+    pids_limit, nproc = process_limits(RUNTIME["name"], PIDS)
     return [
         "docker", "run", "--rm", "--runtime", RUNTIME["name"],
         "--read-only", "--network", "none", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--user", SANDBOX_USER,
-        "--pids-limit", str(PIDS), "--memory", f"{MEMORY_MB}m", "--memory-swap", f"{MEMORY_MB}m",
+        "--pids-limit", str(pids_limit), *(["--ulimit", f"nproc={nproc}:{nproc}"] if nproc else []),
+        "--memory", f"{MEMORY_MB}m", "--memory-swap", f"{MEMORY_MB}m",
         "--cpus", str(CPUS), "--ulimit", f"nofile={NOFILE}:{NOFILE}",
         "--ulimit", f"fsize={FSIZE_MB * mib}:{FSIZE_MB * mib}",
         "--tmpfs", f"/tmp:rw,nosuid,nodev,exec,size={TMPFS_MB}m,mode=1777",
@@ -207,6 +213,27 @@ def latency(tenant: Tenant, image: str, runs: int) -> None:
          side="ours")
     emit("started_to_completed_p50", statistics.median(float(r["run_ms"]) for r in rows), "ms",
          side="ours")
+
+
+def process_heavy(tenant: Tenant, image: str, runs: int) -> None:
+    log(f"process-heavy: {runs} x ours vs {runs} x docker run, interleaved")
+    session = tenant.session()
+    tenant.wait(tenant.submit(session, "true"))
+    ours, ref = [], []
+    for i in range(runs):
+        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+            time.sleep(0.3)
+            if side == 0:
+                t0 = time.perf_counter()
+                tenant.wait(tenant.submit(session, PROCESS_HEAVY))
+                ours.append(time.perf_counter() - t0)
+            else:
+                ref.append(reference_run(image, PROCESS_HEAVY))
+    o50, r50 = pct(ours, 50) * 1000, pct(ref, 50) * 1000
+    emit("process_heavy_p50", o50, "ms", side="ours", runs=runs, command=PROCESS_HEAVY)
+    emit("process_heavy_p50", r50, "ms", side="reference", runs=runs)
+    emit("process_heavy_p50_ratio", o50 / r50, "ratio", ours_over="reference",
+         note="hot: 200 process starts and the command's own overhead")
 
 
 def cold_latency(tenant: Tenant, image: str, runs: int) -> None:
@@ -386,6 +413,7 @@ def main() -> int:
             daemon = start_daemon(env, log_path, concurrency=4)
             latency(user, image, args.runs)
             cold_latency(user, image, args.runs)
+            process_heavy(user, image, max(3, args.runs // 3))
             throughput(daemon, user, image, args.sessions, args.per_session, concurrency=4)
             daemon.stop()
 
