@@ -7,7 +7,10 @@ usual hardening; files a command writes (as container uid 65000) belong on the
 host to a subordinate uid of the unprivileged engine user, and even container
 root maps to that unprivileged user, never to host root.
 
-What this does NOT show: memory and pids limits. This machine boots with
+A user on gVisor runs there too (ops/rootless-docker registers runsc), and
+the tenant's process limit holds, counted by gVisor's kernel.
+
+What this does NOT show: memory and pids limits under runc. This machine boots with
 cgroup v1, and a rootless engine needs cgroup v2 (with delegation) to apply
 them, so here the engine silently discards them. They are tested on the
 rootful engine (tests/sandbox/test_limits.py); the test below reports this
@@ -83,6 +86,17 @@ def running_container(client: Any, shell: Shell, command_id: int) -> Any:
     return client.containers.get(row["container_id"])
 
 
+def clean_up(daemon: Daemon, client: Any, env: dict[str, str], shell: Shell) -> None:
+    """Stops the executor; removes its containers and the session's volume."""
+    daemon.stop()
+    remove_labelled(client, f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}")
+    try:
+        client.volumes.get(f"pg-shell-home-{shell.session_id}").remove(force=True)
+    except Exception:  # best effort: already gone, or the engine went away
+        pass
+    shell.conn.close()
+
+
 def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], rootless_host: str,
                                        rootless_client: Any, tmp_path: Path,
                                        record_property: Any) -> None:
@@ -140,10 +154,38 @@ def test_executor_on_a_rootless_engine(db: str, executor_env: dict[str, str], ro
             record_property("limits", note_text)
             warnings.warn(note_text, UserWarning, stacklevel=1)
     finally:
-        daemon.stop()
-        remove_labelled(rootless_client, f"pg-shell.worker-id={env['PG_SHELL_WORKER_ID']}")
-        try:
-            rootless_client.volumes.get(volume_name).remove(force=True)
-        except Exception:
-            pass
-        shell.conn.close()
+        clean_up(daemon, rootless_client, env, shell)
+
+
+def test_gvisor_on_a_rootless_engine(db: str, executor_env: dict[str, str], rootless_host: str,
+                                     rootless_client: Any, tmp_path: Path) -> None:
+    require("runsc" in (rootless_client.info().get("Runtimes") or {}),
+            "runsc registered with the rootless engine (ops/rootless-docker, ops/gvisor)")
+    env = {k: v for k, v in executor_env.items() if k != "PG_SHELL_ALLOW_ROOTFUL"}
+    env.update({"DOCKER_HOST": rootless_host, "PG_SHELL_DISK_QUOTA": "none",
+                "PG_SHELL_RUNTIME": "runsc", "PG_SHELL_PIDS": "24"})
+    daemon = Daemon(env, tmp_path / "executor.log")
+    shell = Shell(db, create_user(db, "gina"))
+    try:
+        daemon.start()
+        # gVisor's kernel calls itself 4.4.0; forks past the limit are refused.
+        done = shell.run("""uname -r; id -u; python3 -c '
+import os, time
+started = 0
+try:
+    while started < 100:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        started += 1
+except OSError as exc:
+    print("refused", exc.errno, started)
+'""")
+        assert (done["status"], done["runtime"]) == ("done", "runsc"), (done["output"],
+                                                                        daemon.log()[-3000:])
+        kernel, uid, refused = done["output"].splitlines()
+        assert (kernel, uid) == ("4.4.0", "65000")
+        word, errno, started = refused.split()
+        assert (word, errno) == ("refused", "11") and int(started) <= 24, done["output"]
+    finally:
+        clean_up(daemon, rootless_client, env, shell)
