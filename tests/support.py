@@ -61,3 +61,18 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, every: f
             raise AssertionError(f"timed out waiting for {what} ({timeout}s)")
         time.sleep(every)
     return value
+
+
+# Forks sleeping children until the kernel refuses one: "refused ERRNO STARTED".
+FORK_UNTIL_REFUSED = """python3 -c '
+import os, time
+started = 0
+try:
+    while started < 1000:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        started += 1
+except OSError as exc:
+    print("refused", exc.errno, started)
+'"""

@@ -11,7 +11,7 @@ import pytest
 
 from tests.audit.conftest import cli, verify
 from tests.conftest import require
-from tests.support import connect_as
+from tests.support import FORK_UNTIL_REFUSED, connect_as
 
 # gVisor's kernel calls itself 4.4.0, which is not this host's.
 GVISOR = "kernel=4.4.0"
@@ -95,22 +95,9 @@ def test_on_gvisor_a_tenant_starts_as_many_processes_as_its_limit_and_no_more(
     # the sandbox down with the command.
     make_daemon(PG_SHELL_PIDS="48").start()
     put_on(db, "alice", runsc)
-    row = shell.run("""python3 -c '
-import os, time
-started = 0
-try:
-    while started < 100:
-        if os.fork() == 0:
-            time.sleep(60)
-            os._exit(0)
-        started += 1
-except OSError as exc:
-    print("refused", exc.errno)
-print("started", started)
-'""")
+    row = shell.run(FORK_UNTIL_REFUSED)
     assert (row["status"], row["runtime"]) == ("done", "runsc"), row["output"]
-    lines = row["output"].splitlines()
-    assert lines[0] == "refused 11", row["output"]  # EAGAIN
-    started = int(lines[1].removeprefix("started "))
+    word, errno, started = row["output"].split()
+    assert (word, errno) == ("refused", "11"), row["output"]  # EAGAIN
     # 48, less the supervisor, the shell and python itself.
-    assert 40 <= started <= 45, row["output"]
+    assert 40 <= int(started) <= 45, row["output"]

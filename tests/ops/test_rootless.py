@@ -33,7 +33,7 @@ import pytest
 from tests.conftest import require
 from tests.engine_cleanup import remove_labelled
 from tests.executor.conftest import Daemon, Shell
-from tests.support import create_user
+from tests.support import FORK_UNTIL_REFUSED, create_user
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_USER = "pg-shell-rootless"
@@ -169,18 +169,7 @@ def test_gvisor_on_a_rootless_engine(db: str, executor_env: dict[str, str], root
     try:
         daemon.start()
         # gVisor's kernel calls itself 4.4.0; forks past the limit are refused.
-        done = shell.run("""uname -r; id -u; python3 -c '
-import os, time
-started = 0
-try:
-    while started < 100:
-        if os.fork() == 0:
-            time.sleep(30)
-            os._exit(0)
-        started += 1
-except OSError as exc:
-    print("refused", exc.errno, started)
-'""")
+        done = shell.run("uname -r; id -u; " + FORK_UNTIL_REFUSED)
         assert (done["status"], done["runtime"]) == ("done", "runsc"), (done["output"],
                                                                         daemon.log()[-3000:])
         kernel, uid, refused = done["output"].splitlines()
