@@ -208,15 +208,18 @@ class Settings(BaseSettings):
         default="runc", pattern=r"^[a-z][a-z0-9_-]{0,39}$",
         description="the container runtime commands run under, unless an administrator put "
                     "their user on another (`pg-shell user runtime`): `runc` (the host's kernel) "
-                    "or `runsc` (gVisor's kernel; ops/docker-engine registers it); the engine "
-                    "must have it, or the executor refuses to start")
+                    "or `runsc` (gVisor's kernel; ops/docker-engine and ops/rootless-docker "
+                    "register it); the engine must have it, or the executor refuses to start")
 
     # -- per-command limits
     timeout_s: float = Field(default=30.0, gt=0, le=24 * 3600,
                              description="wall-clock limit; exit 124, reason `timeout`")
     memory_mb: int = Field(default=256, ge=16,
                            description="memory = memory+swap; exit 137, reason `oom`")
-    pids: int = Field(default=128, ge=8, description="processes and threads")
+    pids: int = Field(default=128, ge=8,
+                      description="processes and threads (under runsc: processes, counted by "
+                                  "gVisor's kernel; the host allows its sandbox 64 + 16 × this "
+                                  "many threads)")
     cpus: float = Field(default=1.0, gt=0, description="CPUs (fractions allowed)")
     nofile: int = Field(default=256, ge=16, description="open files")
     fsize_mb: int = Field(default=64, ge=1, description="largest file a command may write")

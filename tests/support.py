@@ -63,7 +63,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, every: f
     return value
 
 
-# Forks sleeping children until the kernel refuses one: "refused ERRNO STARTED".
+# Forks sleeping children until the kernel refuses one: "refused ERRNO STARTED"
+# (or "not-refused 0 STARTED" after a thousand).
 FORK_UNTIL_REFUSED = """python3 -c '
 import os, time
 started = 0
@@ -75,4 +76,6 @@ try:
         started += 1
 except OSError as exc:
     print("refused", exc.errno, started)
+else:
+    print("not-refused 0", started)
 '"""

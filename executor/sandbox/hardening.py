@@ -32,7 +32,10 @@ Left at the tenant's count, ten processes would exhaust it and the sentry
 would die with the command. So under gVisor the tenant's count is
 RLIMIT_NPROC, which gVisor's kernel, this sandbox's alone, counts for the
 sandbox (under runc it would count the uid across the host), and the pids
-limit bounds the host threads, sized from it.
+limit on the host threads is sized from it. That size is measured, not a
+bound: a command whose processes all run at once on a host with many CPUs
+(more sentry threads) may still reach it, and then its own sandbox dies
+with it, and no other.
 """
 
 from __future__ import annotations

@@ -97,6 +97,15 @@ def test_a_one_mib_command_is_delivered_intact(run) -> None:
     assert ran.output == f"{hashlib.sha256(payload.encode()).hexdigest()}  -\n{len(payload)}\n"
 
 
+def test_the_command_text_arrives_as_typed(run) -> None:
+    # Leading blanks, backslashes, a control character, non-ASCII and
+    # trailing newlines: the shell reads the text whole, byte for byte.
+    text = "  leading\\back\\\\slash \x01 é 日本\n\tTab\n"
+    ran = run(f"cat <<'END'\n{text}END\n\n\n")
+    assert ran.result.exit_code == 0
+    assert ran.output == text
+
+
 def test_reserved_and_executor_variables_are_not_stored(run) -> None:
     ran = run("export HOME=/tmp PG_SHELL_X=1 HOSTNAME=h OK=1")
     assert "OK" in ran.result.env
