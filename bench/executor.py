@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -215,20 +216,30 @@ def latency(tenant: Tenant, image: str, runs: int) -> None:
          side="ours")
 
 
+def interleaved(runs: int, ours: Callable[[], float],
+                reference: Callable[[], float]) -> tuple[list[float], list[float]]:
+    """``runs`` timings of each side, alternating which goes first, each
+    after a pause so both start from a quiet engine."""
+    timings: tuple[list[float], list[float]] = ([], [])
+    for i in range(runs):
+        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+            time.sleep(0.3)
+            timings[side].append((ours, reference)[side]())
+    return timings
+
+
+def timed_command(tenant: Tenant, session: str, command: str) -> float:
+    t0 = time.perf_counter()
+    tenant.wait(tenant.submit(session, command))
+    return time.perf_counter() - t0
+
+
 def process_heavy(tenant: Tenant, image: str, runs: int) -> None:
     log(f"process-heavy: {runs} x ours vs {runs} x docker run, interleaved")
     session = tenant.session()
     tenant.wait(tenant.submit(session, "true"))
-    ours, ref = [], []
-    for i in range(runs):
-        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
-            time.sleep(0.3)
-            if side == 0:
-                t0 = time.perf_counter()
-                tenant.wait(tenant.submit(session, PROCESS_HEAVY))
-                ours.append(time.perf_counter() - t0)
-            else:
-                ref.append(reference_run(image, PROCESS_HEAVY))
+    ours, ref = interleaved(runs, lambda: timed_command(tenant, session, PROCESS_HEAVY),
+                            lambda: reference_run(image, PROCESS_HEAVY))
     o50, r50 = pct(ours, 50) * 1000, pct(ref, 50) * 1000
     emit("process_heavy_p50", o50, "ms", side="ours", runs=runs, command=PROCESS_HEAVY)
     emit("process_heavy_p50", r50, "ms", side="reference", runs=runs)
@@ -238,17 +249,8 @@ def process_heavy(tenant: Tenant, image: str, runs: int) -> None:
 
 def cold_latency(tenant: Tenant, image: str, runs: int) -> None:
     log(f"cold latency: {runs} first commands of new sessions vs {runs} x docker run")
-    ours, ref = [], []
-    for i in range(runs):
-        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
-            time.sleep(0.3)
-            if side == 0:
-                session = tenant.session()
-                t0 = time.perf_counter()
-                tenant.wait(tenant.submit(session, "echo hi"))
-                ours.append(time.perf_counter() - t0)
-            else:
-                ref.append(reference_run(image))
+    ours, ref = interleaved(runs, lambda: timed_command(tenant, tenant.session(), "echo hi"),
+                            lambda: reference_run(image))
     o50, r50 = pct(ours, 50) * 1000, pct(ref, 50) * 1000
     emit("end_to_end_cold_p50", o50, "ms", side="ours", runs=runs,
          note="first command of a new session: its volume is made, no warm container")
