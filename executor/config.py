@@ -265,6 +265,12 @@ class Settings(BaseSettings):
         default="/var/lib/pg-shell/signing-key",
         description="the Ed25519 key that signs result records (created, mode 0600, if absent); "
                     "the database only ever sees its public half")
+    secrets_key_file: str = Field(
+        default="/var/lib/pg-shell/secrets-key",
+        description="the OpenPGP key that opens users' secrets (created, mode 0600, if absent; "
+                    "its public half is registered for set_secret to encrypt to). Every executor "
+                    "needs the same file; empty: this executor runs no command of a session "
+                    "that uses secrets")
 
     # -- `pg-shell cleanup` (signed chain checkpoints keep removed history verifiable)
     retention_days: float = Field(default=90, gt=0,

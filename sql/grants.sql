@@ -26,7 +26,7 @@ GRANT EXECUTE ON FUNCTION shell_api.login(text, text) TO shell_anon;
 -- Tenants: the API, plus reading their own rows (row-level security).
 GRANT USAGE ON SCHEMA shell, shell_api TO shell_user;
 GRANT EXECUTE ON FUNCTION
-    shell_api.create_session(text, text),
+    shell_api.create_session(text, text, text[]),
     shell_api.list_templates(),
     shell_api.template_options_html(),
     shell_api.list_sessions(),
@@ -68,6 +68,11 @@ GRANT EXECUTE ON FUNCTION
     shell_api.session_lineage_html(uuid),
     shell_api.session_files_html(uuid),
     shell_api.replay_comparison_html(uuid),
+    -- secrets (0045_secrets): set, listed by name, named by sessions; never read back
+    shell_api.set_secret(text, text),
+    shell_api.delete_secret(text),
+    shell_api.list_secrets(),
+    shell_api.set_session_secrets(uuid, text[]),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),
@@ -130,6 +135,7 @@ GRANT EXECUTE ON FUNCTION
     shell.complete_command(bigint, text, integer, text, text, text),
     shell.chain_position(bigint, text, integer),
     shell.register_signing_key(text, text),
+    shell.register_secrets_key(text, text),
     shell.adopt_session(uuid, text),
     shell.host_sessions(uuid[]),
     shell.ended_containers(text[]),

@@ -67,6 +67,7 @@ CREATE TABLE shell.commands (
     input text DEFAULT 'none'::text NOT NULL,
     echo_off boolean DEFAULT false NOT NULL,
     runtime text,
+    secrets jsonb,
     CONSTRAINT commands_active_has_lease CHECK (((status <> ALL (ARRAY['claimed'::text, 'running'::text])) OR ((worker_id IS NOT NULL) AND (lease_expires_at IS NOT NULL) AND (claimed_at IS NOT NULL)))),
     CONSTRAINT commands_command_check CHECK (((octet_length(command) >= 1) AND (octet_length(command) <= 1048576))),
     CONSTRAINT commands_duration_ms_check CHECK ((duration_ms >= 0)),
@@ -90,6 +91,8 @@ COMMENT ON COLUMN shell.commands.input IS 'none: stdin is /dev/null; open: input
 COMMENT ON COLUMN shell.commands.echo_off IS 'The terminal''s echo as the executor last saw it: input sent while it is off is stored redacted.';
 
 COMMENT ON COLUMN shell.commands.runtime IS 'The container runtime the command ran under (null: not started, or by an executor from before 0044).';
+
+COMMENT ON COLUMN shell.commands.secrets IS 'The secrets handed to the command, [{"name", "version"}] (version null: named by the session but not set); null for none.';
 
 CREATE TYPE shell.listing_row AS (
 	c shell.commands,
@@ -693,7 +696,7 @@ $$;
 
 COMMENT ON FUNCTION shell.audit_blobs(p_sha256 text[]) IS 'Administrator (audit verify --files): the stored blobs among p_sha256, with size, number of chunks and the chunk numbers present (read each with shell.blob_chunk).';
 
-CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text, upload jsonb, runtime text)
+CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURNS TABLE(session_id uuid, command_id bigint, chain_seq bigint, chain_prev text, chain_hash text, result_record text, signature text, key_id text, user_id uuid, command text, status text, exit_code integer, reason text, truncated boolean, output text, cwd_before text, env_before jsonb, cwd_after text, env_after jsonb, image_digest text, worker_id text, attempt integer, duration_ms integer, chunks_sha256 text, root_before text, root_after text, upload jsonb, runtime text, secrets jsonb)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -701,7 +704,7 @@ CREATE FUNCTION shell.audit_history(p_session_id uuid DEFAULT NULL::uuid) RETURN
            c.key_id, c.user_id, c.command, c.status, c.exit_code, c.reason, c.truncated,
            shell.output_of(c), c.cwd_before, c.env_before, c.cwd_after, c.env_after, c.image_digest,
            c.worker_id, c.attempts, c.duration_ms, NULL::text, c.root_before, c.root_after, c.upload,
-           c.runtime
+           c.runtime, c.secrets
     FROM shell.commands c
     WHERE (p_session_id IS NULL OR c.session_id = p_session_id)
       AND (c.status IN ('done', 'failed', 'cancelled') OR c.chain_seq IS NOT NULL)
@@ -846,7 +849,7 @@ BEGIN
     WHERE l.session_id = c.session_id FOR UPDATE;
     facts := shell.result_facts(c);
     IF rec IS NULL THEN
-        rec := ((facts - 'runtime') || jsonb_build_object(
+        rec := ((facts - 'runtime' - 'secrets') || jsonb_build_object(
             'v', 4, 'signer', 'database', 'started_at', shell.utc_text(c.started_at),
             'finished_at', shell.utc_text(c.completed_at), 'chain_seq', seq, 'chain_prev', prev))::text;
     ELSE
@@ -869,6 +872,9 @@ BEGIN
         END IF;
         IF (claimed ->> 'v')::numeric < 6 THEN
             facts := facts - 'runtime';
+        END IF;
+        IF (claimed ->> 'v')::numeric < 7 THEN
+            facts := facts - 'secrets';
         END IF;
         FOR field IN SELECT jsonb_object_keys(facts) LOOP
             IF claimed -> field IS DISTINCT FROM facts -> field THEN
@@ -993,6 +999,52 @@ $$;
 
 COMMENT ON FUNCTION shell.check_page(p_since_id bigint, p_limit integer) IS 'Checks a page''s cursor (0 or more) and limit (1-1000); 22023 otherwise.';
 
+CREATE FUNCTION shell.check_secret_name(p_name text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO ''
+    AS $_$
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$' THEN
+        RAISE EXCEPTION 'not a secret name: %', coalesce(left(p_name, 100), 'null') USING ERRCODE = '22023',
+            HINT = 'A shell variable name: a letter or _, then up to 63 letters, digits or _.';
+    END IF;
+    -- The session's state and the shell own these: a secret would be
+    -- overwritten by them, or would break the command's shell.
+    IF p_name IN ('HOME', 'PATH', 'PWD', 'OLDPWD', 'SHELL', 'SHLVL', 'IFS', 'USER', 'LOGNAME', 'TERM',
+                  'HOSTNAME', 'UID', 'EUID', 'PPID', 'PS1', 'PS2', 'PS4', 'COLUMNS', 'LINES', 'LANG')
+       OR p_name ~ '^(BASH|PG_SHELL_|__pg_shell)' THEN
+        RAISE EXCEPTION 'secret name % belongs to the shell', p_name USING ERRCODE = '22023',
+            HINT = 'Choose another name: the shell or the session sets this variable.';
+    END IF;
+END
+$_$;
+
+COMMENT ON FUNCTION shell.check_secret_name(p_name text) IS '22023 unless p_name is a shell variable name the shell and the session leave to the user.';
+
+CREATE FUNCTION shell.check_session_secrets(p_user_id uuid, p_secrets text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    wanted text;
+BEGIN
+    IF cardinality(p_secrets) > 100 THEN
+        RAISE EXCEPTION 'a session may use at most 100 secrets' USING ERRCODE = '22023';
+    END IF;
+    FOREACH wanted IN ARRAY coalesce(p_secrets, '{}') LOOP
+        PERFORM shell.check_secret_name(wanted);
+        IF NOT EXISTS (SELECT FROM shell.secrets s
+                       WHERE s.user_id = p_user_id AND s.name = wanted AND s.ciphertext IS NOT NULL) THEN
+            RAISE EXCEPTION 'no secret %', wanted USING ERRCODE = '22023',
+                HINT = 'Set it first with set_secret; list_secrets shows yours.';
+        END IF;
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT unnest(coalesce(p_secrets, '{}')) ORDER BY 1);
+END
+$$;
+
+COMMENT ON FUNCTION shell.check_session_secrets(p_user_id uuid, p_secrets text[]) IS 'The secret names a session of the user is to use, sorted and without repeats; 22023 for more than 100, a bad name, or one the user has not set.';
+
 CREATE FUNCTION shell.check_window(p_cols integer, p_rows integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO ''
@@ -1023,7 +1075,7 @@ $_$;
 
 COMMENT ON FUNCTION shell.check_worker(p_worker_id text, p_lease_seconds integer) IS 'Checks a worker id (1-200 of A-Z a-z 0-9 _ . : @ -) and a lease of 1-3600 s; 22023 otherwise.';
 
-CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0, p_templates text[] DEFAULT NULL::text[], p_template_wait_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text, runtime text)
+CREATE FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT 30, p_host text DEFAULT NULL::text, p_grace_ms integer DEFAULT 0, p_templates text[] DEFAULT NULL::text[], p_template_wait_ms integer DEFAULT 0) RETURNS TABLE(command_id bigint, session_id uuid, user_id uuid, command text, cwd text, env jsonb, attempt integer, image_digest text, root text, upload jsonb, template text, runtime text, secrets jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1033,6 +1085,7 @@ DECLARE
     head_id bigint;
     seq bigint;
     claimed integer := 0;
+    handed jsonb;
     scanned integer := 0;
     -- Read with FETCH, one lane at a time, so only the lanes examined are
     -- locked: a FOR loop prefetches rows and would lock lanes it never
@@ -1087,23 +1140,27 @@ BEGIN
         UPDATE shell.lanes l SET pending = l.pending - 1, active_command_id = head_id,
             change_seq = l.change_seq + 1
         WHERE l.session_id = lane.session_id RETURNING l.change_seq INTO seq;
+        handed := shell.session_secrets(lane.session_id);
         RETURN QUERY
         UPDATE shell.commands c SET status = 'claimed', worker_id = p_worker_id,
             attempts = c.attempts + 1, claimed_at = now(),
             lease_expires_at = now() + make_interval(secs => p_lease_seconds),
-            cwd_before = s.cwd, env_before = s.env, root_before = s.root, change_seq = seq
+            cwd_before = s.cwd, env_before = s.env, root_before = s.root, change_seq = seq,
+            secrets = CASE WHEN c.upload IS NULL AND handed <> '[]'::jsonb
+                           THEN (SELECT jsonb_agg(h - 'value' - 'key') FROM jsonb_array_elements(handed) h) END
         FROM shell.sessions s
         WHERE c.id = head_id AND s.id = c.session_id
         RETURNING c.id, c.session_id, c.user_id, c.command, c.cwd_before, c.env_before, c.attempts,
                   c.image_digest, c.root_before, c.upload, s.template,
-                  (SELECT u.runtime FROM shell.users u WHERE u.id = c.user_id);
+                  (SELECT u.runtime FROM shell.users u WHERE u.id = c.user_id),
+                  CASE WHEN c.upload IS NULL THEN handed ELSE '[]'::jsonb END;
         claimed := claimed + 1;
     END LOOP;
     CLOSE ready_lanes;
 END
 $$;
 
-COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer, p_templates text[], p_template_wait_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms, and one whose template is not in p_templates (the templates this host has an image for; null: all) is left to other hosts for p_template_wait_ms. Returns what to run, with its session''s template and its user''s runtime (null: the executor''s default). 22023 for a bad worker id, limit, lease, grace or wait.';
+COMMENT ON FUNCTION shell.claim_commands(p_worker_id text, p_limit integer, p_lease_seconds integer, p_host text, p_grace_ms integer, p_templates text[], p_template_wait_ms integer) IS 'Executor: claims the head command of up to p_limit sessions with nothing running, oldest-ready first, within each user''s max_running, leased for p_lease_seconds; a session another host holds the files of (cached_on) is left to it for p_grace_ms, and one whose template is not in p_templates (the templates this host has an image for; null: all) is left to other hosts for p_template_wait_ms. Returns what to run, with its session''s template, its user''s runtime (null: the executor''s default) and the secrets its session names (shell.session_secrets). 22023 for a bad worker id, limit, lease, grace or wait.';
 
 CREATE FUNCTION shell.collect_files(p_grace interval DEFAULT '01:00:00'::interval, OUT trees bigint, OUT blobs bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1543,6 +1600,7 @@ CREATE TABLE shell.sessions (
     root text DEFAULT '4c91b08843fdda8593f1552b5a6f10075310e7773fed804c20e24813c963f26f'::text,
     archived_at timestamp with time zone,
     template text DEFAULT 'base'::text NOT NULL,
+    secrets text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT sessions_cwd_check CHECK ((cwd ~~ '/%'::text)),
     CONSTRAINT sessions_env_check CHECK ((jsonb_typeof(env) = 'object'::text)),
     CONSTRAINT sessions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200)))
@@ -1551,6 +1609,8 @@ CREATE TABLE shell.sessions (
 COMMENT ON TABLE shell.sessions IS 'A tenant''s shells: current cwd, environment and files (root), name, and where each came from (fork, replay). Archived, never deleted.';
 
 COMMENT ON COLUMN shell.sessions.root IS 'Tree hash of the session''s files; NULL for a session from before the workspace, whose files are on a host until its next command imports them.';
+
+COMMENT ON COLUMN shell.sessions.secrets IS 'The names of its user''s secrets the session''s commands get in their environment.';
 
 CREATE FUNCTION shell.enqueue(p_session shell.sessions, p_command text, p_replay_run_id uuid DEFAULT NULL::uuid, p_replay_of bigint DEFAULT NULL::bigint, p_image_digest text DEFAULT NULL::text, p_upload jsonb DEFAULT NULL::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2238,8 +2298,12 @@ BEGIN
         RAISE EXCEPTION 'session quota reached (% sessions)', quota USING ERRCODE = 'PT429',
             HINT = 'Archive sessions you no longer need, or ask an administrator to raise max_sessions.';
     END IF;
-    INSERT INTO shell.sessions (user_id, name, cwd, env, forked_from_command_id, replay_of_session_id)
-    VALUES (p_user_id, p_name, p_cwd, p_env, p_forked_from, p_replay_of)
+    INSERT INTO shell.sessions (user_id, name, cwd, env, forked_from_command_id, replay_of_session_id, secrets)
+    VALUES (p_user_id, p_name, p_cwd, p_env, p_forked_from, p_replay_of,
+            coalesce((SELECT s.secrets FROM shell.sessions s WHERE s.id = p_replay_of AND s.user_id = p_user_id),
+                     (SELECT s.secrets FROM shell.commands c JOIN shell.sessions s ON s.id = c.session_id
+                      WHERE c.id = p_forked_from AND s.user_id = p_user_id),
+                     '{}'))
     RETURNING id INTO new_id;
     INSERT INTO shell.lanes (session_id, user_id) VALUES (new_id, p_user_id);
     RETURN new_id;
@@ -2720,6 +2784,27 @@ $$;
 
 COMMENT ON FUNCTION shell.record_login_failure(p_name text) IS 'One more failed login for a name: past login_free_failures the name is closed for login_backoff_base_s doubled per failure, at most login_backoff_max_s. The caller holds shell.lock_login.';
 
+CREATE FUNCTION shell.register_secrets_key(p_fingerprint text, p_public_key text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $_$
+BEGIN
+    IF p_fingerprint IS NULL OR p_fingerprint !~ '^[0-9A-F]{40}$' THEN
+        RAISE EXCEPTION 'not an OpenPGP v4 fingerprint: %', left(p_fingerprint, 100) USING ERRCODE = '22023';
+    END IF;
+    BEGIN
+        PERFORM shell.pgp_pub_encrypt('probe', shell.dearmor(p_public_key));
+    EXCEPTION WHEN others THEN
+        RAISE EXCEPTION 'not a public key secrets can be encrypted to: %', SQLERRM USING ERRCODE = '22023',
+            HINT = 'Give the key pg-shell secrets-key made (one RSA encryption subkey).';
+    END;
+    INSERT INTO shell.secrets_keys AS k (fingerprint, public_key) VALUES (p_fingerprint, p_public_key)
+    ON CONFLICT (fingerprint) DO UPDATE SET registered_at = now(), public_key = excluded.public_key;
+END
+$_$;
+
+COMMENT ON FUNCTION shell.register_secrets_key(p_fingerprint text, p_public_key text) IS 'Executor, at start-up: the public key of its secrets key, the one set_secret encrypts to from now on. 22023 for a bad fingerprint or a key pgcrypto cannot encrypt to.';
+
 CREATE FUNCTION shell.register_signing_key(p_public_key text, p_worker_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -3071,10 +3156,10 @@ CREATE FUNCTION shell.result_facts(c shell.commands) RETURNS jsonb
         'cwd_after', c.cwd_after, 'env_after', c.env_after,
         'image_digest', c.image_digest, 'worker_id', c.worker_id, 'attempt', c.attempts,
         'duration_ms', c.duration_ms, 'root_before', c.root_before, 'root_after', c.root_after,
-        'upload', c.upload, 'runtime', c.runtime)
+        'upload', c.upload, 'runtime', c.runtime, 'secrets', c.secrets)
 $$;
 
-COMMENT ON FUNCTION shell.result_facts(c shell.commands) IS 'The facts of an ended command that its result record vouches for (version 6: hashes of command and output, state and roots before and after, upload, runtime...). Keep in step with executor/audit/records.py.';
+COMMENT ON FUNCTION shell.result_facts(c shell.commands) IS 'The facts of an ended command that its result record vouches for (version 7: hashes of command and output, state and roots before and after, upload, runtime, secrets by name and version...). Keep in step with executor/audit/records.py.';
 
 CREATE FUNCTION shell.retention_plan(p_session_id uuid, p_before timestamp with time zone, p_limit integer) RETURNS TABLE(command_ids bigint[], chain_seq bigint, chain_hash text, removed bigint)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3203,6 +3288,21 @@ END
 $$;
 
 COMMENT ON FUNCTION shell.session_not_found() IS 'Raises session not found (22023), the same for a missing session and another tenant''s.';
+
+CREATE FUNCTION shell.session_secrets(p_session_id uuid) RETURNS jsonb
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'name', n.name, 'version', CASE WHEN x.ciphertext IS NOT NULL THEN x.version END,
+               'key', x.key_fingerprint, 'value', encode(x.ciphertext, 'base64')) ORDER BY n.name), '[]'::jsonb)
+    FROM shell.sessions s
+    CROSS JOIN unnest(s.secrets) n(name)
+    LEFT JOIN shell.secrets x ON x.user_id = s.user_id AND x.name = n.name
+    WHERE s.id = p_session_id
+$$;
+
+COMMENT ON FUNCTION shell.session_secrets(p_session_id uuid) IS 'The secrets the session names, as a claim hands them to the executor: name, version, the key''s fingerprint and the ciphertext (base64); version, key and value null for one not set.';
 
 CREATE FUNCTION shell.set_user_quota(p_username text, p_max_sessions integer DEFAULT NULL::integer, p_max_running integer DEFAULT NULL::integer, p_max_queued integer DEFAULT NULL::integer, p_max_output_mb integer DEFAULT NULL::integer, p_max_files_mb integer DEFAULT NULL::integer, p_max_tree_entries integer DEFAULT NULL::integer, p_max_root_entries integer DEFAULT NULL::integer, p_max_uploads_per_minute integer DEFAULT NULL::integer, p_terminal_idle_s integer DEFAULT NULL::integer, p_terminal_max_s integer DEFAULT NULL::integer, p_max_inputs_per_second integer DEFAULT NULL::integer) RETURNS TABLE(username text, max_sessions integer, max_running integer, max_queued integer, max_output_mb bigint, max_files_mb bigint, max_tree_entries integer, max_root_entries integer, max_uploads_per_minute integer, terminal_idle_s integer, terminal_max_s integer, max_inputs_per_second integer)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3912,13 +4012,14 @@ $$;
 
 COMMENT ON FUNCTION shell_api.command_limits() IS '{"time_limit_s": n}: the command time limit the executors published (null before any started).';
 
-CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text, p_template text DEFAULT NULL::text) RETURNS uuid
+CREATE FUNCTION shell_api.create_session(p_name text DEFAULT NULL::text, p_template text DEFAULT NULL::text, p_secrets text[] DEFAULT NULL::text[]) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 DECLARE
     me uuid := shell.current_user_id();
     chosen text := coalesce(p_template, 'base');
+    names text[] := shell.check_session_secrets(me, p_secrets);
     new_id uuid;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM shell.usable_templates(me) t WHERE t.name = chosen) THEN
@@ -3927,12 +4028,33 @@ BEGIN
                    || (SELECT string_agg(t.name, ', ') FROM shell.usable_templates(me) t) || '.';
     END IF;
     new_id := shell.new_session(me, p_name, '/home/sandbox', '{}'::jsonb);
-    UPDATE shell.sessions s SET template = chosen WHERE s.id = new_id;
+    UPDATE shell.sessions s SET template = chosen, secrets = names WHERE s.id = new_id;
     RETURN new_id;
 END
 $$;
 
-COMMENT ON FUNCTION shell_api.create_session(p_name text, p_template text) IS 'Starts a new session of the caller (home /home/sandbox, no files) on a template (default base), optionally named, and returns its id. 22023 for a name not 1-200 characters or a template the caller may not use (the hint lists those it may), PT429 when max_sessions unarchived sessions exist.';
+COMMENT ON FUNCTION shell_api.create_session(p_name text, p_template text, p_secrets text[]) IS 'Starts a new session of the caller (home /home/sandbox, no files) on a template (default base), optionally named, whose commands get the named secrets in their environment; returns its id. 22023 for a name not 1-200 characters, a template the caller may not use (the hint lists those it may) or a secret the caller has not set, PT429 when max_sessions unarchived sessions exist.';
+
+CREATE FUNCTION shell_api.delete_secret(p_name text) RETURNS json
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    me uuid := shell.current_user_id();
+    deleted integer;
+BEGIN
+    UPDATE shell.secrets s SET ciphertext = NULL, key_fingerprint = NULL, updated_at = now()
+    WHERE s.user_id = me AND s.name = p_name AND s.ciphertext IS NOT NULL
+    RETURNING s.version INTO deleted;
+    IF deleted IS NULL THEN
+        RAISE EXCEPTION 'no secret %', left(p_name, 100) USING ERRCODE = '22023',
+            HINT = 'list_secrets shows yours.';
+    END IF;
+    RETURN json_build_object('name', p_name, 'version', deleted);
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.delete_secret(p_name text) IS 'Deletes one of the caller''s secrets; returns the name and the version deleted. The next command of a session naming it fails, saying so. 22023 for a name the caller has no secret of.';
 
 CREATE FUNCTION shell_api.fork_session(p_source_command_id bigint) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3986,6 +4108,17 @@ END
 $$;
 
 COMMENT ON FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint, p_output_limit integer) IS 'latest_output''s page as the terminal page''s HTML (one article per command, shell.render_listing), with the same arguments and errors.';
+
+CREATE FUNCTION shell_api.list_secrets() RETURNS TABLE(name text, version integer, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT s.name, s.version, s.updated_at FROM shell.secrets s
+    WHERE s.user_id = shell.current_user_id() AND s.ciphertext IS NOT NULL
+    ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION shell_api.list_secrets() IS 'The caller''s secrets: name, version and when it was set; never a value.';
 
 CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid, forked_from_session_id uuid)
     LANGUAGE sql STABLE
@@ -4535,6 +4668,62 @@ $$;
 
 COMMENT ON FUNCTION shell_api.sessions_html() IS 'The page''s session list as HTML: list_sessions'' sessions in its order, each an <li data-id> with its name, directory, last activity (UTC), lineage and rename and archive buttons; "No sessions yet." for none. 42501 when not signed in.';
 
+CREATE FUNCTION shell_api.set_secret(p_name text, p_value text) RETURNS json
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    me uuid := shell.current_user_id();
+    key shell.secrets_keys;
+    stored integer;
+BEGIN
+    PERFORM shell.check_secret_name(p_name);
+    IF p_value IS NULL OR length(p_value) < 4 THEN
+        RAISE EXCEPTION 'a secret''s value must be at least 4 characters' USING ERRCODE = '22023',
+            HINT = 'Its value is masked wherever it appears in output; a shorter one would mask ordinary text.';
+    END IF;
+    IF octet_length(p_value) > 65536 THEN
+        RAISE EXCEPTION 'a secret''s value must be at most 64 KiB (this one is % bytes)', octet_length(p_value)
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO key FROM shell.secrets_keys k ORDER BY k.registered_at DESC LIMIT 1;
+    IF key.fingerprint IS NULL THEN
+        RAISE EXCEPTION 'no executor has registered a key to encrypt secrets to' USING ERRCODE = '55000',
+            HINT = 'An administrator starts an executor with PG_SHELL_SECRETS_KEY_FILE set.';
+    END IF;
+    PERFORM FROM shell.users u WHERE u.id = me FOR NO KEY UPDATE;  -- one count at a time per user
+    IF NOT EXISTS (SELECT FROM shell.secrets s WHERE s.user_id = me AND s.name = p_name)
+       AND (SELECT count(*) FROM shell.secrets s WHERE s.user_id = me AND s.ciphertext IS NOT NULL) >= 100 THEN
+        RAISE EXCEPTION 'secret quota reached (100 secrets)' USING ERRCODE = 'PT429',
+            HINT = 'Delete secrets you no longer need.';
+    END IF;
+    INSERT INTO shell.secrets AS s (user_id, name, ciphertext, key_fingerprint)
+    VALUES (me, p_name, shell.pgp_pub_encrypt(p_value, shell.dearmor(key.public_key), 'cipher-algo=aes256'),
+            key.fingerprint)
+    ON CONFLICT (user_id, name) DO UPDATE SET version = s.version + 1, ciphertext = excluded.ciphertext,
+        key_fingerprint = excluded.key_fingerprint, updated_at = now()
+    RETURNING s.version INTO stored;
+    RETURN json_build_object('name', p_name, 'version', stored);
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.set_secret(p_name text, p_value text) IS 'Sets one of the caller''s secrets, encrypted to the executors'' key; returns {"name", "version"} (each set is a new version). Sessions that name it get it from their next command. 22023 for a bad name or a value not 4 characters to 64 KiB, 55000 when no executor registered a key, PT429 past 100 secrets.';
+
+CREATE FUNCTION shell_api.set_session_secrets(p_session_id uuid, p_secrets text[]) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+DECLARE
+    target shell.sessions := shell.owned_session(p_session_id);
+    names text[] := shell.check_session_secrets(target.user_id, p_secrets);
+BEGIN
+    UPDATE shell.sessions s SET secrets = names WHERE s.id = target.id;
+    RETURN names;
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.set_session_secrets(p_session_id uuid, p_secrets text[]) IS 'The secrets the session''s commands get, from its next claimed command on (empty: none); returns the names kept. create_session''s secret errors; 22023 for an unknown session, PT409 for an archived one.';
+
 CREATE FUNCTION shell_api.submit_command(p_session_id uuid, p_command text, p_tty boolean DEFAULT false, p_cols integer DEFAULT 80, p_rows integer DEFAULT 24, p_stdin text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
@@ -4955,6 +5144,28 @@ CREATE UNLOGGED TABLE shell.secret_input (
 
 COMMENT ON TABLE shell.secret_input IS 'The bytes of redacted input until the executor delivered them; nobody but the functions reads it.';
 
+CREATE TABLE shell.secrets (
+    user_id uuid NOT NULL,
+    name text NOT NULL,
+    version integer DEFAULT 1 NOT NULL,
+    ciphertext bytea,
+    key_fingerprint text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT secrets_deleted_check CHECK (((ciphertext IS NULL) = (key_fingerprint IS NULL))),
+    CONSTRAINT secrets_name_check CHECK ((name ~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$'::text))
+);
+
+COMMENT ON TABLE shell.secrets IS 'A user''s secrets, each encrypted to an executor''s key (shell.secrets_keys). A deleted one keeps its row without a value, so that setting it again gives a new version, never a version already recorded.';
+
+CREATE TABLE shell.secrets_keys (
+    fingerprint text NOT NULL,
+    public_key text NOT NULL,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT secrets_keys_fingerprint_check CHECK ((fingerprint ~ '^[0-9A-F]{40}$'::text))
+);
+
+COMMENT ON TABLE shell.secrets_keys IS 'Public keys executors registered to have secrets encrypted to; set_secret uses the newest. The private keys are the executors''.';
+
 CREATE TABLE shell.signing_keys (
     key_id text NOT NULL,
     public_key text NOT NULL,
@@ -5105,6 +5316,12 @@ ALTER TABLE ONLY shell.output_chunks
 ALTER TABLE ONLY shell.secret_input
     ADD CONSTRAINT secret_input_pkey PRIMARY KEY (command_id, seq);
 
+ALTER TABLE ONLY shell.secrets_keys
+    ADD CONSTRAINT secrets_keys_pkey PRIMARY KEY (fingerprint);
+
+ALTER TABLE ONLY shell.secrets
+    ADD CONSTRAINT secrets_pkey PRIMARY KEY (user_id, name);
+
 ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_pkey PRIMARY KEY (id);
 
@@ -5236,6 +5453,12 @@ ALTER TABLE ONLY shell.lanes
 
 ALTER TABLE ONLY shell.output_chunks
     ADD CONSTRAINT output_chunks_command_id_fkey FOREIGN KEY (command_id) REFERENCES shell.commands(id);
+
+ALTER TABLE ONLY shell.secrets
+    ADD CONSTRAINT secrets_key_fingerprint_fkey FOREIGN KEY (key_fingerprint) REFERENCES shell.secrets_keys(fingerprint);
+
+ALTER TABLE ONLY shell.secrets
+    ADD CONSTRAINT secrets_user_id_fkey FOREIGN KEY (user_id) REFERENCES shell.users(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY shell.sessions
     ADD CONSTRAINT sessions_forked_from_fkey FOREIGN KEY (forked_from_command_id) REFERENCES shell.commands(id);

@@ -23,9 +23,11 @@ from typing import Any, Protocol
 # upload, which no executor signs, vouches for what was put where
 # (sql/migrations/0025_audit_uploads_files.sql); version 5 the SHA-256 of
 # the input the command took (null without input; DESIGN.md §13); version 6
-# the container runtime it ran under (sql/migrations/0044_runtimes.sql).
+# the container runtime it ran under (sql/migrations/0044_runtimes.sql);
+# version 7 the secrets it got, by name and version, never their values
+# (sql/migrations/0045_secrets.sql).
 # Earlier records stay valid for what they state.
-RECORD_VERSION = 6
+RECORD_VERSION = 7
 DATABASE_SIGNER = "database"
 # The records the database writes itself (shell.chain_result: uploads, and
 # commands that end without an executor's record, e.g. cancelled before they
@@ -40,13 +42,14 @@ FACT_FIELDS_V2 = (*FACT_FIELDS_V1, "root_before", "root_after")
 FACT_FIELDS_V3 = (*FACT_FIELDS_V2, "chain_seq", "chain_prev")
 FACT_FIELDS_V4 = (*FACT_FIELDS_V3, "upload")
 FACT_FIELDS_V5 = (*FACT_FIELDS_V4, "input_sha256")
-FACT_FIELDS = (*FACT_FIELDS_V5, "runtime")
+FACT_FIELDS_V6 = (*FACT_FIELDS_V5, "runtime")
+FACT_FIELDS = (*FACT_FIELDS_V6, "secrets")
 
 
 def fact_fields(version: object) -> tuple[str, ...]:
     """The facts a record of this version vouches for."""
     return {1: FACT_FIELDS_V1, 2: FACT_FIELDS_V2, 3: FACT_FIELDS_V3, 4: FACT_FIELDS_V4,
-            5: FACT_FIELDS_V5}.get(
+            5: FACT_FIELDS_V5, 6: FACT_FIELDS_V6}.get(
         version if isinstance(version, int) else 0, FACT_FIELDS)
 
 
@@ -110,6 +113,7 @@ def facts_of(row: Mapping[str, Any]) -> dict[str, Any]:
         "upload": row.get("upload"),
         "input_sha256": input_sha256(row.get("input") or []),
         "runtime": row.get("runtime"),
+        "secrets": row.get("secrets"),
     }
 
 
@@ -154,6 +158,8 @@ class Claimed(Protocol):
     def attempt(self) -> int: ...
     @property
     def root(self) -> str | None: ...
+    @property
+    def secrets(self) -> Sequence[Mapping[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,8 @@ def result_record(*, signer: str, worker_id: str, claimed: Claimed, outcome: Com
         "upload": None,  # an executor runs commands; the database applies uploads
         "input_sha256": outcome.input_sha256,
         "runtime": outcome.runtime,
+        # As the claim recorded them on the row: name and version, no value.
+        "secrets": [{"name": s["name"], "version": s["version"]} for s in claimed.secrets] or None,
     })
 
 

@@ -4,7 +4,6 @@ database never sees; its public key is registered in shell.signing_keys."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -12,6 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from executor.errors import ConfigError
+from executor.key_files import create_private_file
 
 
 def key_id_of(public_key_hex: str) -> str:
@@ -37,7 +37,9 @@ class Signer:
         path = Path(path)
         try:
             if not path.exists():
-                _create(path)
+                create_private_file(path, Ed25519PrivateKey.generate().private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption()))
             loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except OSError as exc:
             raise ConfigError(f"signing key {path}: {exc.strerror or exc} "
@@ -50,24 +52,6 @@ class Signer:
 
     def sign(self, text: str) -> str:
         return self._key.sign(text.encode("utf-8")).hex()
-
-
-def _create(path: Path) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    pem = Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    # Written aside, then linked into place: two processes starting at once
-    # keep the first key, and nobody reads a half-written file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def signature_valid(public_key_hex: str, text: str, signature_hex: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from executor.audit.records import ChainPosition, SignedRecord
@@ -28,6 +28,9 @@ class ClaimedCommand:
     upload: dict[str, Any] | None = None  # an upload to apply instead of a command to run
     template: str = "base"  # the session's: which image family it runs on
     runtime: str | None = None  # its user's container runtime (None: the executor's default)
+    # The secrets its session names (shell.session_secrets): name, version,
+    # key and ciphertext of each.
+    secrets: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class ExecutorDatabase(Database):
         rows = self.call("SELECT * FROM shell.claim_commands(%s, %s, %s, %s, %s, %s, %s)",
                          (worker_id, limit, lease_s, host, grace_ms, templates, template_wait_ms))
         return [ClaimedCommand(**row) for row in rows]
+
+    def register_secrets_key(self, fingerprint: str, public_key: str) -> None:
+        """set_secret encrypts to this key from now on."""
+        self.call("SELECT shell.register_secrets_key(%s, %s)", (fingerprint, public_key))
 
     def heartbeat(self, worker_id: str, held: dict[int, int], lease_s: int) -> dict[int, bool]:
         """Renews the leases in ``held`` (command id → attempt); returns the

@@ -51,6 +51,9 @@ class RunRequest:
     image: str  # an immutable image id (sha256:…) or a tag
     interaction: Interaction | None = None  # None: stdin is /dev/null
     runtime: str | None = None  # the container runtime (None: the sandbox's default)
+    # The command's secrets, name → value: in its environment, never in the
+    # state it leaves (nor in a repr that could reach a log).
+    secrets: dict[str, str] = field(default_factory=dict, hash=False, repr=False)
 
 
 @dataclass(frozen=True)

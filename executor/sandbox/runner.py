@@ -172,7 +172,8 @@ class Sandbox:
                 self.discard(started)
                 raise
         request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
-                                    "env": session_env(req.env), "capture": files is not None,
+                                    "env": {**session_env(req.env), **req.secrets},
+                                    "capture": files is not None,
                                     "max_entries": files.max_entries if files else None,
                                     "known": files.known if files else {},
                                     **_interaction_fields(req.interaction)})
@@ -327,7 +328,7 @@ class Sandbox:
                           "take effect") if reason else state.note
         else:
             state = resolve_state(conversation.state, conversation.state_overflow, req.cwd, req.env,
-                                  self.shell_root)
+                                  self.shell_root, hidden=req.secrets.keys())
             state_note = state.note
         log.info(
             "command finished",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 MAX_VARS = 256
@@ -89,9 +90,11 @@ def validate_cwd(reported: object, previous: str, shell_root: str) -> tuple[str,
     return reported, None
 
 
-def validate_env(reported: object, previous: dict[str, str]) -> tuple[dict[str, str], str | None]:
-    """Return the env to store: the reported one minus reserved names, or
-    the previous one if any rule is broken."""
+def validate_env(reported: object, previous: dict[str, str],
+                 hidden: Collection[str] = ()) -> tuple[dict[str, str], str | None]:
+    """Return the env to store: the reported one minus reserved names and
+    ``hidden`` ones (the command's secrets: never stored, whatever the
+    command set them to), or the previous one if any rule is broken."""
     if not isinstance(reported, dict):
         return dict(previous), "reported env is not an object"
     env: dict[str, str] = {}
@@ -101,7 +104,7 @@ def validate_env(reported: object, previous: dict[str, str]) -> tuple[dict[str, 
             return dict(previous), "reported env has a non-string name or value"
         if not NAME_RE.match(name):
             return dict(previous), f"invalid variable name {name[:64]!r} (exported function?)"
-        if is_reserved(name):
+        if is_reserved(name) or name in hidden:
             continue
         name_len = _utf8_len(name) or 0
         value_len = _utf8_len(value)
@@ -126,12 +129,13 @@ def resolve_state(
     previous_cwd: str,
     previous_env: dict[str, str],
     shell_root: str,
+    hidden: Collection[str] = (),
 ) -> SessionState:
     """The state to store after a command, from its (possibly absent) report."""
     report, note = parse_report(raw, overflow)
     if report is None:
         return SessionState(previous_cwd, dict(previous_env), note)
     cwd, cwd_note = validate_cwd(report.get("cwd"), previous_cwd, shell_root)
-    env, env_note = validate_env(report.get("env"), previous_env)
+    env, env_note = validate_env(report.get("env"), previous_env, hidden)
     notes = [n for n in (cwd_note, env_note) if n]
     return SessionState(cwd, env, "; ".join(notes) or None)

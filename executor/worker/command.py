@@ -34,6 +34,9 @@ from executor.sandbox import (
     Sandbox,
     SandboxError,
 )
+from executor.secrets.handed import SecretsUnavailable, open_secrets
+from executor.secrets.key import SecretsKey
+from executor.secrets.mask import SecretMask
 from executor.workspace.capture import Capture
 from executor.workspace.host import HostFiles
 from executor.workspace.restore import RestoreFailed
@@ -59,6 +62,7 @@ class _Progress:
     default_image: str
     runtime: str
     writer: OutputWriter
+    mask: SecretMask | None  # the command's secret values, kept out of its stored state
     created: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
 
@@ -87,6 +91,7 @@ class CommandLife:
     def __init__(self, settings: Settings, worker_id: str, sandbox: Sandbox, signer: Signer,
                  files: HostFiles, images: ImagePromotion, warm: WarmPool,
                  stop: threading.Event, remove: Callable[[str], None], runtimes: set[str],
+                 secrets_key: SecretsKey | None,
                  terminal_db: Callable[[], TerminalDatabase]) -> None:
         self._flush_s = settings.output_flush_interval_s
         self._notify_s = settings.output_notify_interval_s
@@ -100,6 +105,7 @@ class CommandLife:
         self._stop = stop
         self._remove = remove  # a finished command's container, off the critical path
         self._runtimes = runtimes  # those the engine had at start-up
+        self._secrets_key = secrets_key  # None: commands that need secrets fail here
         self._terminal_db = terminal_db  # a connection for a command's input
 
     def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
@@ -135,18 +141,24 @@ class CommandLife:
             self._complete_unstarted(db, run, f"runtime {runtime} is not available on this host "
                                               f"(it has {', '.join(sorted(self._runtimes))})")
             return
+        try:
+            secrets = open_secrets(self._secrets_key, cmd.secrets)
+        except SecretsUnavailable as exc:
+            self._complete_unstarted(db, run, str(exc))
+            return
+        mask = SecretMask(secrets.values()) if secrets else None
         image = self._images.for_command(cmd, default_image)
         interaction = self._interaction(db, run)
         save_output = metrics.counting_output(
             lambda seq, data, notify: db.append_output(cmd, self._worker_id, seq, data, notify))
         writer = OutputWriter(save_output, self._flush_s,
                               lambda: db.announce_output(cmd, self._worker_id), self._notify_s,
-                              eager=interaction is not None and interaction.tty)
-        progress = _Progress(db, self._worker_id, run, image, default_image, runtime, writer)
+                              eager=interaction is not None and interaction.tty, mask=mask)
+        progress = _Progress(db, self._worker_id, run, image, default_image, runtime, writer, mask)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self._worker_id, command=cmd.command, cwd=cmd.cwd,
                              env=dict(cmd.env), image=image, interaction=interaction,
-                             runtime=runtime)
+                             runtime=runtime, secrets=secrets)
         try:
             capture, result = self._run_until_engine_answers(request, store, progress)
         except RestoreFailed as exc:
@@ -238,6 +250,10 @@ class CommandLife:
         if notes:
             writer.write(f"\n[pg-shell: {notes}]\n")
         writer.close()
+        cwd_after, env_after = result.cwd, result.env
+        if progress.mask is not None:  # e.g. `export COPY=$TOKEN`, `cd "$TOKEN"`
+            cwd_after = progress.mask.text(cwd_after)
+            env_after = {name: progress.mask.text(value) for name, value in env_after.items()}
         end = outcome_of(result.exit_code, result.reason, run.kill_reason)
         if files.failure and end.status == "done":
             # Ran to its end, but what it did to the files could not be kept.
@@ -246,8 +262,8 @@ class CommandLife:
             status=end.status, exit_code=end.exit_code, reason=end.reason,
             output_sha256=writer.output_sha256, image_digest=progress.image,
             started_at=run.started_at, truncated=result.truncated,
-            duration_ms=int(result.duration_s * 1000), cwd_after=result.cwd,
-            env_after=result.env, root_after=files.root_after,
+            duration_ms=int(result.duration_s * 1000), cwd_after=cwd_after,
+            env_after=env_after, root_after=files.root_after,
             host=self._host_id if files.captured is not None else None,
             input_sha256=run.input_sha256, runtime=progress.runtime))
         self._files.committed(cmd.session_id, files)

@@ -22,6 +22,7 @@ from executor.db.terminal import TerminalDatabase
 from executor.db.workspace import WorkspaceStore
 from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
 from executor.sandbox import Sandbox, SandboxError
+from executor.secrets.key import SecretsKey
 from executor.workspace.capture import CaptureLimits
 from executor.workspace.host import HostFiles
 
@@ -48,6 +49,8 @@ class Worker:
         self._notify = notify
         self._dsn = settings.require_database_url()
         self._signer = Signer.from_file(settings.signing_key_file)
+        self._secrets_key = (SecretsKey.from_file(settings.secrets_key_file)
+                             if settings.secrets_key_file else None)
         self._files = HostFiles(sandbox, settings.volumes_dir, CaptureLimits(
             max_entries=settings.capture_max_entries, max_bytes=settings.capture_max_mb * MiB,
             quota_bytes=settings.disk_quota_mb * MiB))
@@ -116,7 +119,7 @@ class Worker:
         self._copies = ArchivedCopies(self._sandbox, self._warm)
         self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
                                  self._files, images, self._warm, self._stop, self._remove_later,
-                                 runtimes,
+                                 runtimes, self._secrets_key,
                                  lambda: TerminalDatabase(self._dsn, self.settings.executor_role,
                                                           name="pg-shell-executor input"))
         db = self._database("start-up")
@@ -124,6 +127,13 @@ class Worker:
         db_audit.register_key(db, self._signer.public_key_hex, self.worker_id)
         db.publish_time_limit(self.settings.timeout_s)
         log.info("worker %s signs results with key %s", self.worker_id, self._signer.key_id)
+        if self._secrets_key is not None:
+            db.register_secrets_key(self._secrets_key.fingerprint, self._secrets_key.public_key)
+            log.info("worker %s opens secrets with key %s", self.worker_id,
+                     self._secrets_key.fingerprint)
+        else:
+            log.warning("worker %s holds no secrets key (PG_SHELL_SECRETS_KEY_FILE is empty): "
+                        "commands of sessions that use secrets fail here", self.worker_id)
         # Containers this worker id left behind may have run even if they
         # were never marked running: those commands must not run again.
         leftovers = self._sandbox.command_ids(self.worker_id)

@@ -1,7 +1,8 @@
 """Streams a command's output into the database while it runs: pieces are
 batched and flushed every few tens of milliseconds, each batch an output
 chunk with the next sequence number (so a retry never duplicates one).
-The writer also hashes exactly the text it stored, for the result record.
+The writer also hashes exactly the text it stored, for the result record,
+and masks the values of the command's secrets before anything is stored.
 
 Listeners (the gateway's change feed) are woken at most once per notify
 interval, not once per flush: a chunk stored within the interval of the last
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from executor.errors import PgShellError
+from executor.secrets.mask import SecretMask
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +26,15 @@ log = logging.getLogger(__name__)
 class OutputWriter:
     def __init__(self, flush: Callable[[int, str, bool], None], interval_s: float,
                  announce: Callable[[], None] | None = None,
-                 notify_interval_s: float = 0.0, eager: bool = False) -> None:
+                 notify_interval_s: float = 0.0, eager: bool = False,
+                 mask: SecretMask | None = None) -> None:
         """``flush(seq, text, notify)`` stores a chunk (waking listeners if
         ``notify``); ``announce()`` wakes them for chunks stored quietly.
         ``eager``: output is flushed and announced as soon as it comes (a
         terminal's echo must not wait for batching made for throughput;
-        what comes during a flush still makes one batch)."""
+        what comes during a flush still makes one batch). ``mask``: the
+        secret values to mask, across pieces too."""
+        self._mask = mask
         self._eager = threading.Event()
         if eager:
             interval_s = notify_interval_s = 0.0
@@ -52,7 +57,7 @@ class OutputWriter:
     def write(self, text: str) -> None:
         if text:
             with self._lock:
-                self._pending.append(text)
+                self._pending.append(self._mask.feed(text) if self._mask else text)
             if self._interval_s == 0.0:
                 self._eager.set()
 
@@ -105,5 +110,7 @@ class OutputWriter:
         self._closed.set()
         self._eager.set()
         self._thread.join()
+        if self._mask is not None:
+            self._pending.append(self._mask.flush())
         self._notify_interval_s = 0.0
         self._drain()

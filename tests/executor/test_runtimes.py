@@ -42,7 +42,7 @@ def test_a_user_on_runsc_runs_on_gvisor_warm_or_cold_and_the_record_says_so(
         assert row["runtime"] == "runsc"
     other = host.run(PROBE)
     assert other["output"] == f"kernel={os.uname().release}\n" and other["runtime"] == "runc"
-    assert '"runtime":"runsc"' in warm["result_record"] and '"v":6' in warm["result_record"]
+    assert '"runtime":"runsc"' in warm["result_record"] and '"v":7' in warm["result_record"]
     assert '"runtime":"runc"' in other["result_record"]
     # Back to the executor's default: the next command (its warm container
     # was started under runsc) runs on the host's kernel.

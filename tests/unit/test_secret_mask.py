@@ -1,0 +1,51 @@
+"""Secret values are masked in output however the stream is cut into pieces."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from executor.secrets.mask import MASK, SecretMask
+
+VALUES = ["s3cr3t-token", "abcabd", "zzzz"]
+
+
+def streamed(mask: SecretMask, pieces: list[str]) -> str:
+    return "".join(mask.feed(p) for p in pieces) + mask.flush()
+
+
+@given(st.lists(st.sampled_from([*VALUES, "abc", "ab", "s3cr3t", "zzz", "x", "\n", "***"]),
+                max_size=30),
+       st.lists(st.integers(min_value=0, max_value=200), max_size=10))
+def test_the_stream_is_masked_as_the_whole_text_would_be(words, cuts):
+    text = "".join(words)
+    bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
+    pieces = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    masked = streamed(SecretMask(VALUES), pieces)
+    assert masked == SecretMask(VALUES).text(text)
+    for value in VALUES:
+        assert value not in masked
+
+
+def test_a_value_split_across_pieces_is_held_back_until_it_is_whole():
+    mask = SecretMask(["s3cr3t-token"])
+    assert mask.feed("key: s3cr") == "key: "
+    assert mask.feed("3t-tok") == ""
+    assert mask.feed("en\nnext") == f"{MASK}\nnext"
+    assert mask.flush() == ""
+
+
+def test_what_only_looked_like_a_value_comes_out_at_the_end():
+    mask = SecretMask(["s3cr3t-token"])
+    assert mask.feed("tail s3c") == "tail "
+    assert mask.flush() == "s3c"
+
+
+def test_the_longer_of_two_overlapping_values_is_masked_whole():
+    assert SecretMask(["abcd", "abcdefgh"]).text("abcdefgh abcd") == f"{MASK} {MASK}"
+
+
+def test_a_mask_needs_a_value():
+    with pytest.raises(ValueError):
+        SecretMask([])
