@@ -121,8 +121,12 @@ class ApiClient:
     def login(self, username: str, password: str) -> str:
         return str(self.call("login", {"p_username": username, "p_password": password})["token"])
 
-    def create_session(self, name: str | None = None, template: str | None = None) -> str:
-        params = {"p_name": name, "p_template": template}
+    def create_session(self, name: str | None = None, template: str | None = None,
+                       secrets: list[str] | None = None) -> str:
+        """A new session's id; its commands get ``secrets`` (names) in their environment.
+        Arguments not given are not sent, so a server from before secrets still takes it."""
+        params = {"p_name": name, "p_template": template,
+                  "p_secrets": secrets}
         return str(self.call("create_session", {k: v for k, v in params.items() if v is not None}))
 
     def list_templates(self) -> list[dict[str, Any]]:
@@ -148,6 +152,26 @@ class ApiClient:
         cursor, command_id = self.call_each(
             ("session_cursor", {"p_session_id": session_id}), ("submit_command", args))
         return int(cursor), int(command_id)
+
+    # Secrets: values a session's commands get in their environment; never read back.
+
+    def set_secret(self, name: str, value: str) -> int:
+        """Sets one of the caller's secrets (again: a new version); its version."""
+        return int(self.call("set_secret", {"p_name": name, "p_value": value})["version"])
+
+    def delete_secret(self, name: str) -> int:
+        """Deletes one of the caller's secrets; the version deleted."""
+        return int(self.call("delete_secret", {"p_name": name})["version"])
+
+    def list_secrets(self) -> list[dict[str, Any]]:
+        """name, version, updated_at of each of the caller's secrets (never a value)."""
+        return list(self.call("list_secrets"))
+
+    def set_session_secrets(self, session_id: str, names: list[str]) -> list[str]:
+        """The secrets the session's commands get from its next one on (none for
+        an empty list); the names kept, sorted."""
+        return list(self.call("set_session_secrets",
+                              {"p_session_id": session_id, "p_secrets": names}))
 
     # A command's input (a terminal's keys, or a pipe's data).
 

@@ -1,12 +1,14 @@
 // Opens the view the page is at: the sign-in form without a token, else
-// what the URL's hash names (a session, a replay's comparison) or the
-// session list; again whenever the hash changes or the token goes.
+// what the URL's hash names (a session, a replay's comparison, the
+// secrets) or the session list; again whenever the hash changes or the
+// token goes.
 import { $, onSignedOut } from "./api.js";
 import { comparison } from "./replay.js";
+import { secrets } from "./secrets.js";
 import { sessions } from "./sessions.js";
 import { terminal } from "./terminal.js";
 import { token } from "./token.js";
-import { replayFromHash, sessionFromHash, show } from "./views.js";
+import { replayFromHash, secretsInHash, sessionFromHash, show } from "./views.js";
 
 export function route() {
   terminal.close();
@@ -21,6 +23,7 @@ export function route() {
   const run = replayFromHash();
   if (id) terminal.open(id);
   else if (run) comparison.open(run);
+  else if (secretsInHash()) secrets.open();
   else sessions.open();
 }
 

@@ -1,10 +1,11 @@
 // The session list (sessions_html, fetched and swapped by htmx: index.html's
 // #session-list): each session with where it came from and what came from
 // it, linked both ways. Here: rename in place, archive with a second click
-// to confirm, a new session (on a template the picker offers), and each
-// "last active" in the reader's time.
+// to confirm, a new session (on a template the picker offers, with the
+// secrets ticked below it), and each "last active" in the reader's time.
 import { $, fail, rpc, showStatus } from "./api.js";
-import { show } from "./views.js";
+import { checkedSecrets } from "./session-secrets.js";
+import { show, showLocalTimes } from "./views.js";
 
 const list = $("#session-list");
 
@@ -17,25 +18,23 @@ export const sessions = {
     list.replaceChildren();
     this.refresh();
     htmx.trigger($("#template-picker"), "refresh");
+    htmx.trigger($("#new-session-secrets"), "refresh");
   },
 
   refresh() { htmx.trigger(list, "refresh"); },
 };
 
-// The server writes times in UTC (it cannot know the reader's zone).
-list.addEventListener("htmx:afterSwap", () => {
-  for (const time of list.querySelectorAll("time[datetime]")) {
-    time.textContent = new Date(time.dateTime).toLocaleString();
-  }
-});
+list.addEventListener("htmx:afterSwap", () => showLocalTimes(list));
 
 $("#new-session-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const name = event.target.p_name.value.trim();
   const template = event.target.p_template.value;
+  const secrets = checkedSecrets(event.target);
   const args = {};
   if (name) args.p_name = name;
   if (template && template !== "base") args.p_template = template;
+  if (secrets.length) args.p_secrets = secrets;
   try {
     const id = await rpc("create_session", { args });
     event.target.reset();

@@ -1,8 +1,9 @@
 // The open session: opening and closing it, its name and directory, its
 // history a page at a time ("load earlier" above the oldest shown), and the
 // command still to finish. What arrives later is live.js's; how fragments
-// are put into the scrollback is scrollback.js's; the lineage above it and
-// the files panel are htmx's views (index.html), told here when to load.
+// are put into the scrollback is scrollback.js's; the lineage above it, the
+// secrets it uses and the files panel are htmx's views (index.html), told
+// here when to load.
 import { $, fail, rpc } from "./api.js";
 import { ACTIVE } from "./command-status.js";
 import { files } from "./files.js";
@@ -10,6 +11,7 @@ import { live } from "./live.js";
 import { recall } from "./recall.js";
 import { applyFragments, forgetChanges } from "./scrollback.js";
 import { fitInput, screen, shortCwd, showPromptCwd } from "./screen.js";
+import { sessionSecrets } from "./session-secrets.js";
 import { show } from "./views.js";
 
 const PAGE = 100;      // commands per page of history
@@ -45,6 +47,7 @@ export const terminal = {
     show("terminal-view");
     warmSession(id);
     lineage();
+    sessionSecrets.open();
     files.open(id);
     $("#command").focus();
     this.describe(id, generation);

@@ -73,6 +73,9 @@ GRANT EXECUTE ON FUNCTION
     shell_api.delete_secret(text),
     shell_api.list_secrets(),
     shell_api.set_session_secrets(uuid, text[]),
+    -- the page's secrets view and checkboxes (0046_secrets_page)
+    shell_api.secrets_html(),
+    shell_api.secret_choices_html(uuid),
     -- helpers the invoker functions and policies call
     shell.current_user_id(),
     shell.session_not_found(),

@@ -4043,6 +4043,7 @@ DECLARE
     me uuid := shell.current_user_id();
     deleted integer;
 BEGIN
+    PERFORM shell.check_secret_name(p_name);
     UPDATE shell.secrets s SET ciphertext = NULL, key_fingerprint = NULL, updated_at = now()
     WHERE s.user_id = me AND s.name = p_name AND s.ciphertext IS NOT NULL
     RETURNING s.version INTO deleted;
@@ -4054,7 +4055,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION shell_api.delete_secret(p_name text) IS 'Deletes one of the caller''s secrets; returns the name and the version deleted. The next command of a session naming it fails, saying so. 22023 for a name the caller has no secret of.';
+COMMENT ON FUNCTION shell_api.delete_secret(p_name text) IS 'Deletes one of the caller''s secrets; returns the name and the version deleted. The next command of a session naming it fails, saying so. 22023 for a bad name or one the caller has no secret of.';
 
 CREATE FUNCTION shell_api.fork_session(p_source_command_id bigint) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4110,29 +4111,34 @@ $$;
 COMMENT ON FUNCTION shell_api.latest_output_html(p_session_id uuid, p_since_id bigint, p_limit integer, p_before_id bigint, p_output_limit integer) IS 'latest_output''s page as the terminal page''s HTML (one article per command, shell.render_listing), with the same arguments and errors.';
 
 CREATE FUNCTION shell_api.list_secrets() RETURNS TABLE(name text, version integer, updated_at timestamp with time zone)
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
+DECLARE
+    me uuid := shell.current_user_id();  -- refused when not signed in, even with no secrets
+BEGIN
+    RETURN QUERY
     SELECT s.name, s.version, s.updated_at FROM shell.secrets s
-    WHERE s.user_id = shell.current_user_id() AND s.ciphertext IS NOT NULL
-    ORDER BY s.name
+    WHERE s.user_id = me AND s.ciphertext IS NOT NULL
+    ORDER BY s.name;
+END
 $$;
 
 COMMENT ON FUNCTION shell_api.list_secrets() IS 'The caller''s secrets: name, version and when it was set; never a value.';
 
-CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid, forked_from_session_id uuid)
+CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid, forked_from_session_id uuid, secrets text[])
     LANGUAGE sql STABLE
     SET search_path TO ''
     AS $$
     SELECT s.id, s.name, s.cwd, s.created_at, s.last_active_at, s.forked_from_command_id,
-           s.replay_of_session_id, f.session_id
+           s.replay_of_session_id, f.session_id, s.secrets
     FROM shell.sessions s
     LEFT JOIN shell.commands f ON f.id = s.forked_from_command_id
     WHERE s.user_id = (SELECT shell.current_user_id()) AND s.archived_at IS NULL
     ORDER BY s.last_active_at DESC, s.id
 $$;
 
-COMMENT ON FUNCTION shell_api.list_sessions() IS 'The caller''s sessions that are not archived, most recently active first, with where each came from: the command and session it was forked from, the session it replays.';
+COMMENT ON FUNCTION shell_api.list_sessions() IS 'The caller''s sessions that are not archived, most recently active first, with where each came from: the command and session it was forked from, the session it replays; and the names of the secrets its commands get.';
 
 CREATE FUNCTION shell_api.list_templates() RETURNS TABLE(name text, description text, digest text, size_bytes bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -4488,6 +4494,54 @@ END
 $$;
 
 COMMENT ON FUNCTION shell_api.resize_terminal(p_command_id bigint, p_cols integer, p_rows integer) IS 'Sets the window size of a terminal command (1-1000 columns and rows); the program gets SIGWINCH.';
+
+CREATE FUNCTION shell_api.secret_choices_html(p_session_id uuid DEFAULT NULL::uuid) RETURNS shell_api."text/html"
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+DECLARE
+    chosen text[] := CASE WHEN p_session_id IS NULL THEN '{}'::text[]
+                          ELSE (shell.readable_session(p_session_id)).secrets END;
+BEGIN
+    RETURN coalesce((
+        WITH mine AS (SELECT l.name FROM shell_api.list_secrets() l)
+        SELECT string_agg(format(
+            '<label class="secret-choice%s"><input type="checkbox" name="p_secrets" value="%s"%s> %s%s</label>',
+            CASE WHEN c.is_set THEN '' ELSE ' unset' END, shell.html_escape(c.name),
+            CASE WHEN c.name = ANY (chosen) THEN ' checked' ELSE '' END, shell.html_escape(c.name),
+            CASE WHEN c.is_set THEN '' ELSE ' <span class="note">not set</span>' END), E'\n' ORDER BY c.name)
+        FROM (SELECT m.name, true FROM mine m
+              UNION ALL
+              SELECT n, false FROM unnest(chosen) n WHERE n NOT IN (SELECT m.name FROM mine m)) c(name, is_set)),
+        '');
+END
+$$;
+
+COMMENT ON FUNCTION shell_api.secret_choices_html(p_session_id uuid) IS 'The secrets a session may use, as the page''s checkboxes (name p_secrets): one per secret of the caller, checked for those the session p_session_id names (none without one), plus each name it keeps whose secret was deleted, checked and marked "not set"; empty when there are none. readable_session''s errors.';
+
+CREATE FUNCTION shell_api.secrets_html() RETURNS shell_api."text/html"
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    SELECT coalesce(string_agg(format(
+        '<li data-name="%s"><span class="name">%s</span>'
+        '<span class="info">version %s · set <time datetime="%s">%s</time>%s</span>'
+        '<span class="actions"><button type="button" class="delete" aria-label="delete %s">delete</button>'
+        '</span></li>',
+        shell.html_escape(s.name), shell.html_escape(s.name), s.version,
+        to_char(s.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+        to_char(s.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'),
+        CASE used.sessions WHEN 0 THEN '' WHEN 1 THEN ' · used by 1 session'
+                           ELSE format(' · used by %s sessions', used.sessions) END,
+        shell.html_escape(s.name)), E'\n' ORDER BY s.name),
+        '<li class="empty">No secrets yet.</li>')
+    FROM shell_api.list_secrets() s
+    CROSS JOIN LATERAL (SELECT count(*) AS sessions FROM shell.sessions x
+                        WHERE x.user_id = shell.current_user_id() AND x.archived_at IS NULL
+                          AND s.name = ANY (x.secrets)) used
+$$;
+
+COMMENT ON FUNCTION shell_api.secrets_html() IS 'The page''s secrets view as HTML: list_secrets'' secrets by name, each an <li data-name> with its version, when it was set (UTC), how many sessions use it and a delete button; "No secrets yet." for none. Never a value. 42501 when not signed in.';
 
 CREATE FUNCTION shell_api.send_input(p_command_id bigint, p_data text) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER

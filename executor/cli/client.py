@@ -124,12 +124,18 @@ def _register_account(commands: Commands) -> None:
 
     new = add_command(commands, "new", "create a session and print its id",
                       "Create a session (its own home directory, cwd and environment) and print "
-                      "its id.",
+                      "its id. Its commands get only the secrets named with --secret in their "
+                      "environment (`pg-shell secret` sets them, reading each value from stdin; "
+                      "stored output shows a value as ***).",
                       "  pg-shell new\n  export PG_SHELL_SESSION=$(pg-shell new build)\n"
-                      "  pg-shell new --template dev build")
+                      "  pg-shell new --template dev build\n"
+                      "  pg-shell new --secret API_TOKEN --secret DB_PASSWORD deploy")
     new.add_argument("name", nargs="?", metavar="NAME", help="a name to recognise it by")
     new.add_argument("--template", metavar="TEMPLATE",
                      help="the image it runs on (default base; `pg-shell templates` lists yours)")
+    new.add_argument("--secret", action="append", dest="secrets", metavar="NAME",
+                     help="one of your secrets its commands get as the environment variable NAME "
+                          "(repeat for more; `pg-shell secret list` shows yours)")
     new.set_defaults(handler=cmd_new)
 
     templates = add_command(commands, "templates", "list the templates you may start a session on",
@@ -295,7 +301,7 @@ def cmd_sessions(args: argparse.Namespace, settings: ClientSettings) -> int:
 
 def cmd_new(args: argparse.Namespace, settings: ClientSettings) -> int:
     with api(settings) as client:
-        print(client.create_session(args.name, args.template))
+        print(client.create_session(args.name, args.template, args.secrets))
     return 0
 
 

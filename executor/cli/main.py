@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sessions": ("client", "list your sessions"),
     "new": ("client", "create a session and print its id"),
     "templates": ("client", "list the templates you may start a session on"),
+    "secret": ("secrets", "set, list and delete your secrets, and choose a session's"),
     "run": ("client", "run a command and stream its output"),
     "attach": ("client", "join a running terminal command"),
     "tail": ("client", "show the last commands; -f follows new ones"),

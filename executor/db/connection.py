@@ -16,6 +16,10 @@ Connection = psycopg2.extensions.connection
 
 # Statement failures that are about the connection, not the statement.
 _UNAVAILABLE_CLASSES = ("08", "57")
+# A write refused by a server that is (or just became) a replica: after a
+# failover, a connection made to the old primary. Another connection finds
+# the new one (a multi-host DSN with target_session_attrs=read-write).
+READ_ONLY_SQLSTATE = "25006"
 ADMIN_ROLE = "shell_admin"
 LEASE_LOST_SQLSTATE = "PS001"  # shell.lease_lost (sql/schema.sql)
 
@@ -29,7 +33,7 @@ def translate(exc: psycopg2.Error) -> DatabaseError:
     detail = diag.message_detail if diag else None
     if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) and (
         code is None or code[:2] in _UNAVAILABLE_CLASSES
-    ):
+    ) or code == READ_ONLY_SQLSTATE:
         return DatabaseUnavailable(message, code, hint, detail)
     if code == LEASE_LOST_SQLSTATE:
         return LeaseLost(message, code, hint, detail)

@@ -17,7 +17,7 @@ import psycopg2.pool
 import psycopg2.sql
 
 from executor.db import row_query
-from executor.db.connection import translate, translated_errors
+from executor.db.connection import READ_ONLY_SQLSTATE, translate, translated_errors
 from executor.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,8 @@ class GatewayDatabase:
                 with conn, conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
                     return work(cur)
             except psycopg2.Error as exc:
-                broken = conn.closed != 0 or isinstance(exc, psycopg2.OperationalError)
+                broken = (conn.closed != 0 or isinstance(exc, psycopg2.OperationalError)
+                          or exc.pgcode == READ_ONLY_SQLSTATE)
                 raise translate(exc) from exc
             finally:
                 self._pool.putconn(conn, close=broken)
@@ -155,7 +156,7 @@ class GatewayDatabase:
         (encoded, within ``budget`` bytes, at most ``max_rows``: row_query.read_page); ``check`` may
         refuse the page, and then the call is rolled back."""
         def read(cur: Any) -> row_query.RowPage:
-            _become(cur, role, claims, self.role_settings.get(role, []))
+            _become(cur, role, claims, self.role_settings.get(role, []), query.call.arguments)
             page = row_query.read_page(cur, query, encode, budget, max_rows)
             check(page)
             return page
@@ -189,14 +190,14 @@ class GatewayDatabase:
         catalog) as ``role``; returns a list of rows for a set-returning
         function, else the scalar. ``response`` receives the status and
         headers the function set, if any."""
-        target, values = row_query.function_source(API_SCHEMA, fn.name, args,
-                                                   dict(zip(fn.arg_names, fn.arg_types)))
+        call = row_query.function_source(API_SCHEMA, fn.name, args,
+                                         dict(zip(fn.arg_names, fn.arg_types)))
         template = "SELECT * FROM {}" if fn.returns_set else "SELECT {} AS result"
-        sql = psycopg2.sql.SQL(template).format(target)
+        sql = psycopg2.sql.SQL(template).format(call.source)
 
         def invoke(cur: Any) -> Any:
-            _become(cur, role, claims, self.role_settings.get(role, []))
-            cur.execute(sql, values)
+            _become(cur, role, claims, self.role_settings.get(role, []), call.arguments)
+            cur.execute(sql, call.params or None)
             rows = cur.fetchall()
             if response is not None:
                 found = _response_settings(cur)
@@ -209,12 +210,14 @@ class GatewayDatabase:
 
 
 def _become(cur: Any, role: str, claims: dict[str, Any] | None,
-            settings: list[tuple[str, str]]) -> None:
+            settings: list[tuple[str, str]], arguments: str) -> None:
     """The rest of the transaction runs as the caller, with the caller's role
     settings (statement_timeout: a request may not hold the database for
-    long), as PostgREST runs it."""
-    calls = ["set_config('role', %s, true)", "set_config('request.jwt.claims', %s, true)"]
-    values = [role, json.dumps(claims) if claims is not None else ""]
+    long), as PostgREST runs it, and the call's ``arguments`` at hand
+    (row_query.ARGUMENTS_SETTING; this statement does not fail on them)."""
+    calls = ["set_config('role', %s, true)", "set_config('request.jwt.claims', %s, true)",
+             f"set_config('{row_query.ARGUMENTS_SETTING}', %s, true)"]
+    values = [role, json.dumps(claims) if claims is not None else "", arguments]
     for name, value in settings:  # one statement: a round trip fewer per setting
         calls.append("set_config(%s, %s, true)")
         values += [name, value]

@@ -70,10 +70,9 @@ class OrderTerm:
 
 @dataclass(frozen=True)
 class RowQuery:
-    """What to read from the rows of ``source`` (the function call, its
-    arguments in ``source_params``): ``columns`` in output order (catalog names)."""
-    source: sql.Composable
-    source_params: Sequence[Any]
+    """What to read from the rows of ``call`` (function_source):
+    ``columns`` in output order (catalog names)."""
+    call: FunctionCall
     columns: Sequence[str]
     where: Sequence[Filter | Logic] = ()
     order: Sequence[OrderTerm] = ()
@@ -144,23 +143,23 @@ def _output(query: RowQuery) -> sql.Composable:
 
 def page_statement(query: RowQuery) -> tuple[sql.Composable, list[Any]]:
     """The page, with the whole result's size beside each row when an exact count is asked."""
-    params: list[Any] = [*query.source_params]
+    params: list[Any] = [*query.call.params]
     where = condition(query.where, params)
     total = sql.SQL(", count(*) OVER () AS total" if query.count == "exact" else "")
     statement = sql.SQL("SELECT {}{} FROM {} AS r WHERE {}{} LIMIT %s OFFSET %s").format(
-        _output(query), total, query.source, where, _order(query.order))
+        _output(query), total, query.call.source, where, _order(query.order))
     return statement, [*params, query.limit, query.offset]
 
 
 def count_statement(query: RowQuery) -> tuple[sql.Composable, list[Any]]:
     """The size of the whole (filtered) result, exactly or as the planner estimates it."""
-    params: list[Any] = [*query.source_params]
+    params: list[Any] = [*query.call.params]
     where = condition(query.where, params)
     if query.count == "planned":
         return sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {} AS r WHERE {}").format(
-            query.source, where), params
+            query.call.source, where), params
     return sql.SQL("SELECT count(*) AS total FROM {} AS r WHERE {}").format(
-        query.source, where), params
+        query.call.source, where), params
 
 
 @dataclass(frozen=True)
@@ -229,12 +228,47 @@ def read_page(cur: Any, query: RowQuery, encode: Callable[[Any], bytes] | None =
     return RowPage(rows, total, cut, counted)
 
 
+# The arguments of a call, as the request gave them: a transaction-local
+# setting the call reads (db/gateway.py sets it), so that no argument's value
+# is part of the statement's text. PostgreSQL logs the text of a statement
+# that fails: a refused set_secret or login must not put a secret or a
+# password into the server's log. Raw bytes (an upload's body) are the one
+# exception: JSON cannot carry them, so they stay bound parameters.
+ARGUMENTS_SETTING = "pg_shell.arguments"
+_ARGUMENT = sql.SQL("(current_setting('" + ARGUMENTS_SETTING + "')::jsonb {} {})")
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    source: sql.Composable  # ``schema.function(name => argument::type, …)``
+    params: list[Any]  # the raw bytes arguments, bound in order
+    arguments: str  # the other arguments, JSON for ARGUMENTS_SETTING
+
+
 def function_source(schema: str, function: str, args: dict[str, Any],
-                    types: dict[str, str]) -> tuple[sql.Composable, list[Any]]:
-    """``schema.function(name => value::type, …)``: names checked against the
-    catalog by the caller, types as the catalog spells them, values bound."""
-    named = [sql.SQL("{} => %s::" + types[name]).format(sql.Identifier(name)) for name in args]
+                    types: dict[str, str]) -> FunctionCall:
+    """The call with named arguments: names checked against the catalog by
+    the caller, types as the catalog spells them."""
+    params: list[Any] = []
+    given: dict[str, Any] = {}
+
+    def argument(name: str, value: Any) -> sql.Composable:
+        cast = sql.SQL("::" + types[name])
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            params.append(value)
+            return sql.SQL("%s") + cast
+        given[name] = value
+        key = sql.Literal(name)
+        if isinstance(value, list) and types[name].endswith("[]"):
+            # A JSON array for an SQL array, as PostgREST takes it.
+            elements = _ARGUMENT.format(sql.SQL("->"), key)
+            return sql.SQL("ARRAY(SELECT jsonb_array_elements_text({})){}").format(elements, cast)
+        # An object or array is JSON; anything else its text, cast.
+        operator = "->" if isinstance(value, (dict, list)) else "->>"
+        return sql.SQL("{}{}").format(_ARGUMENT.format(sql.SQL(operator), key), cast)
+
+    named = [sql.SQL("{} => {}").format(sql.Identifier(name), argument(name, value))
+             for name, value in args.items()]
     call = sql.SQL("{}.{}({})").format(sql.Identifier(schema), sql.Identifier(function),
                                        sql.SQL(", ").join(named))
-    values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in args.values()]
-    return call, values
+    return FunctionCall(call, params, json.dumps(given))

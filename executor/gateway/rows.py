@@ -49,9 +49,8 @@ def plan(fn: RpcFunction, columns: tuple[str, ...], args: dict[str, Any],
     window = ranges.window(method, headers.get("range"), grammar.offset, grammar.limit)
     chosen = media.preferred(headers.get("accept"), {CSV, OBJECT, _OBJECT_SHORT})
     representation = OBJECT if chosen == _OBJECT_SHORT else chosen
-    source, values = function_source(API_SCHEMA, fn.name, args,
-                                     dict(zip(fn.arg_names, fn.arg_types)))
-    query = RowQuery(source, values, tuple(column for _key, column in grammar.select.fields),
+    call = function_source(API_SCHEMA, fn.name, args, dict(zip(fn.arg_names, fn.arg_types)))
+    query = RowQuery(call, tuple(column for _key, column in grammar.select.fields),
                      grammar.where, grammar.order, window.offset, window.limit,
                      csv=representation == CSV,
                      count=ranges.count_preference(headers.get("prefer", "")))

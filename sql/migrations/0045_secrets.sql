@@ -164,6 +164,7 @@ DECLARE
     me uuid := shell.current_user_id();
     deleted integer;
 BEGIN
+    PERFORM shell.check_secret_name(p_name);
     UPDATE shell.secrets s SET ciphertext = NULL, key_fingerprint = NULL, updated_at = now()
     WHERE s.user_id = me AND s.name = p_name AND s.ciphertext IS NOT NULL
     RETURNING s.version INTO deleted;
@@ -177,15 +178,20 @@ $$;
 
 COMMENT ON FUNCTION shell_api.delete_secret(p_name text) IS
     'Deletes one of the caller''s secrets; returns the name and the version deleted. The next command of a '
-    'session naming it fails, saying so. 22023 for a name the caller has no secret of.';
+    'session naming it fails, saying so. 22023 for a bad name or one the caller has no secret of.';
 
 CREATE FUNCTION shell_api.list_secrets() RETURNS TABLE(name text, version integer, updated_at timestamp with time zone)
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
+DECLARE
+    me uuid := shell.current_user_id();  -- refused when not signed in, even with no secrets
+BEGIN
+    RETURN QUERY
     SELECT s.name, s.version, s.updated_at FROM shell.secrets s
-    WHERE s.user_id = shell.current_user_id() AND s.ciphertext IS NOT NULL
-    ORDER BY s.name
+    WHERE s.user_id = me AND s.ciphertext IS NOT NULL
+    ORDER BY s.name;
+END
 $$;
 
 COMMENT ON FUNCTION shell_api.list_secrets() IS
@@ -236,6 +242,25 @@ $$;
 COMMENT ON FUNCTION shell_api.set_session_secrets(p_session_id uuid, p_secrets text[]) IS
     'The secrets the session''s commands get, from its next claimed command on (empty: none); returns the names '
     'kept. create_session''s secret errors; 22023 for an unknown session, PT409 for an archived one.';
+
+-- As before, with the secrets each session names.
+DROP FUNCTION shell_api.list_sessions();
+CREATE FUNCTION shell_api.list_sessions() RETURNS TABLE(id uuid, name text, cwd text, created_at timestamp with time zone, last_active_at timestamp with time zone, forked_from_command_id bigint, replay_of_session_id uuid, forked_from_session_id uuid, secrets text[])
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    SELECT s.id, s.name, s.cwd, s.created_at, s.last_active_at, s.forked_from_command_id,
+           s.replay_of_session_id, f.session_id, s.secrets
+    FROM shell.sessions s
+    LEFT JOIN shell.commands f ON f.id = s.forked_from_command_id
+    WHERE s.user_id = (SELECT shell.current_user_id()) AND s.archived_at IS NULL
+    ORDER BY s.last_active_at DESC, s.id
+$$;
+
+COMMENT ON FUNCTION shell_api.list_sessions() IS
+    'The caller''s sessions that are not archived, most recently active first, with where each came from: '
+    'the command and session it was forked from, the session it replays; and the names of the secrets its '
+    'commands get.';
 
 -- A fork or a replay uses the secrets its source session named.
 CREATE OR REPLACE FUNCTION shell.new_session(p_user_id uuid, p_name text, p_cwd text, p_env jsonb, p_forked_from bigint DEFAULT NULL::bigint, p_replay_of uuid DEFAULT NULL::uuid) RETURNS uuid

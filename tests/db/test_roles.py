@@ -36,6 +36,8 @@ TENANT_FUNCTIONS = (
     "send_input", "close_input", "resize_terminal", "command_input",
     "sessions_html", "session_lineage_html", "session_files_html", "replay_comparison_html",
     "list_templates", "template_options_html",
+    "set_secret", "delete_secret", "list_secrets", "set_session_secrets", "secrets_html",
+    "secret_choices_html",
 )
 UPLOAD_ID = "00000000-0000-4000-8000-000000000023"
 API_FUNCTIONS = ("login",) + TENANT_FUNCTIONS
@@ -167,6 +169,12 @@ def api_call(name: str, session: str, command: int,
         "session_lineage_html": ("SELECT shell_api.session_lineage_html(%s)", (session,)),
         "session_files_html": ("SELECT shell_api.session_files_html(%s)", (session,)),
         "replay_comparison_html": ("SELECT shell_api.replay_comparison_html(%s)", (session,)),
+        "set_secret": ("SELECT shell_api.set_secret('TOKEN', 's3cr3t-value')", ()),
+        "delete_secret": ("SELECT shell_api.delete_secret('TOKEN')", ()),
+        "list_secrets": ("SELECT * FROM shell_api.list_secrets()", ()),
+        "set_session_secrets": ("SELECT shell_api.set_session_secrets(%s, '{}')", (session,)),
+        "secrets_html": ("SELECT shell_api.secrets_html()", ()),
+        "secret_choices_html": ("SELECT shell_api.secret_choices_html(%s)", (session,)),
     }[name]
 
 
@@ -338,7 +346,7 @@ ID_FUNCTIONS = ("submit_command", "latest_output", "latest_output_html", "sessio
                 "read_output", "read_output_html", "rename_session", "archive_session",
                 "unarchive_session", "warm_session", "read_file_part", "send_input", "close_input",
                 "resize_terminal", "command_input", "session_lineage_html", "session_files_html",
-                "replay_comparison_html")
+                "replay_comparison_html", "set_session_secrets", "secret_choices_html")
 
 
 @pytest.mark.parametrize("name", ID_FUNCTIONS)

@@ -156,3 +156,19 @@ def make_shell_without_secrets(shell: Shell) -> Shell:
     plain.conn = shell.conn
     plain.session_id = one(shell.conn, "SELECT shell_api.create_session('plain')")
     return plain
+
+
+def test_a_changed_secret_version_in_a_row_is_an_edit(db, daemon, shell, token):
+    set_secret(shell, "API_TOKEN", token)
+    use(shell, "API_TOKEN")
+    row = shell.run("true")
+    admin = connect_as(db, "postgres")
+    try:
+        with admin.cursor() as cur:
+            cur.execute("UPDATE shell.commands SET secrets = '[{\"name\": \"API_TOKEN\", "
+                        "\"version\": 2}]' WHERE id = %s", (row["id"],))
+        admin.commit()
+    finally:
+        admin.close()
+    code, report = verify(db)
+    assert code == 1 and [b["field"] for b in report["breaks"]] == ["secrets"], report

@@ -4,10 +4,20 @@ only ever as placeholders)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from psycopg2 import sql
 
-from executor.db.row_query import Filter, Logic, OrderTerm, RowQuery, page_statement
+from executor.db.row_query import (
+    Filter,
+    FunctionCall,
+    Logic,
+    OrderTerm,
+    RowQuery,
+    function_source,
+    page_statement,
+)
 from executor.errors import ApiError
 from executor.gateway import ranges
 from executor.gateway.grammar import Parser, is_grammar
@@ -60,7 +70,7 @@ def test_get_parameters_are_grammar_only_when_they_read_as_grammar():
 
 
 def test_request_text_reaches_sql_only_as_parameters():
-    query = RowQuery(sql.SQL("shell_api.list_sessions()"), [], ("name", "id"),
+    query = RowQuery(FunctionCall(sql.SQL("shell_api.list_sessions()"), [], "{}"), ("name", "id"),
                      (Filter("name", "eq", "x'; DROP TABLE t; --"),
                       Logic("or", (Filter("id", "in", ["a", "b"]), Filter("name", "like", "*%")),
                             negated=True)),
@@ -100,3 +110,19 @@ def test_content_range_and_status_follow_postgrest():
     assert ranges.count_preference("count=estimated") == "exact"
     assert ranges.count_preference("count=planned") == "planned"
     assert ranges.count_preference("wait=5") is None
+
+
+def test_a_calls_arguments_are_never_part_of_its_statement():
+    # PostgreSQL logs the text of a statement that fails: a refused
+    # set_secret or login must not put the value into the server's log.
+    args = {"p_name": "TOKEN", "p_value": "s3cr3t-value", "p_limit": 5,
+            "p_secrets": ["A", "B"], "p_upload": {"path": "s3cr3t-path"}}
+    types = {"p_name": "text", "p_value": "text", "p_limit": "integer", "p_secrets": "text[]",
+             "p_upload": "jsonb"}
+    call = function_source("shell_api", "set_secret", {**args, "p_data": b"\x00raw"},
+                           {**types, "p_data": "bytea"})
+    text = repr(call.source)
+    assert "s3cr3t" not in text and json.loads(call.arguments) == args
+    assert call.params == [b"\x00raw"]  # raw bytes (an upload's) stay bound parameters
+    for name in args:
+        assert name in text
