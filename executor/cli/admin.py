@@ -11,7 +11,7 @@ import sys
 from executor.cli import Commands
 from executor.config import Settings
 from executor.db import admin as db_admin
-from executor.db import migrations
+from executor.db import migrations, server
 from executor.db.database import as_admin, one_off
 
 
@@ -27,7 +27,11 @@ def register(commands: Commands) -> None:
                     "Re-running is a no-op.")
     migrate.add_argument("--to", type=int, metavar="N", help="stop after migration number N")
     migrate.set_defaults(handler=cmd_migrate)
-    status = db_commands.add_parser("status", help="list applied and pending migrations")
+    status = db_commands.add_parser(
+        "status", help="the server reached (primary or replica) and the migrations",
+        description="Say which server DATABASE_URL reached (with a multi-host DSN: the node "
+                    "that is primary now), the replicas it streams to, then the applied and "
+                    "pending migrations.")
     status.set_defaults(handler=cmd_status)
     secret = db_commands.add_parser(
         "jwt-secret", help="print the JWT secret (for PostgREST's jwt-secret)",
@@ -113,7 +117,13 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with one_off(settings.require_database_url(), "db status") as db:
+        node = server.describe(db)
         rows = migrations.status(db.connection())
+    print(f"{'server':8} {node.address:32} {'primary' if node.primary else 'replica'}, "
+          f"PostgreSQL {node.version}, database {node.database}")
+    for replica in node.replicas:
+        behind = "" if replica.behind_bytes is None else f", {replica.behind_bytes} bytes behind"
+        print(f"{'replica':8} {replica.address:32} {replica.state} {replica.sync_state}{behind}")
     for row in rows:
         print(f"{row.state:8} {row.name:32} {row.applied_at or ''}")
     return 0
