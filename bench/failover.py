@@ -17,8 +17,8 @@ Checked (``problems``):
 - `pg-shell audit verify` passes.
 
 A gateway (`pg-shell serve`) runs on the same multi-host DSN, and a client
-long-polls one session's changes through it across the failover: the feed
-must bring a change made after the kill.
+long-polls one session's changes through it across the failover: after it,
+a long-poll must be woken by a change (its LISTEN came back).
 
 Figures: seconds from the kill to the first write accepted through the
 multi-host DSN, to the first command completed after it, and to the first
@@ -74,6 +74,7 @@ HA = str(REPO / "ops" / "ha")
 # could not renew the lease across it (shell.expire_leases): never re-run.
 LOST = "executor lost"
 PASSWORD = "failover-test-password"
+WAIT_S = 10  # each long-poll's wait
 
 
 class Tenant:
@@ -87,12 +88,16 @@ class Tenant:
         self._conn: psycopg2.extensions.connection | None = None
 
     def call(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        return self.until_answered(lambda: (sql, params))
+
+    def until_answered(self, statement: Callable[[], tuple[str, Any]]) -> list[dict[str, Any]]:
+        """Runs ``statement()`` (made anew for each attempt) until an attempt is answered."""
         give_up = time.monotonic() + self._deadline_s
         while True:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = tenant_connection(self._dsn, self._user_id)
-                return call(self._conn, sql, params)
+                return call(self._conn, *statement())
             except (psycopg2.OperationalError, psycopg2.InterfaceError,
                     psycopg2.errors.ReadOnlySqlTransaction):
                 self.close()
@@ -113,10 +118,18 @@ class Submissions:
     accepted: dict[str, int] = field(default_factory=dict)
     first_after_kill_s: float | None = None  # kill -> first acknowledged submit
 
-    def submit(self, tenant: Tenant, session_id: str, token: str) -> None:
-        command = f"echo {token} >> order.log && echo {token}"
-        [row] = tenant.call("SELECT shell_api.submit_command(%s, %s) AS id", (session_id, command))
-        self.accepted[token] = int(row["id"])
+    def submit(self, tenant: Tenant, session_id: str, name: str) -> None:
+        """Submits ``echo TOKEN >> order.log``, each attempt with a token of its
+        own: an attempt whose answer was lost may still have been accepted."""
+        tokens: list[str] = []
+
+        def attempt() -> tuple[str, Any]:
+            tokens.append(f"{name}-{secrets.token_hex(3)}")
+            return ("SELECT shell_api.submit_command(%s, %s) AS id",
+                    (session_id, f"echo {tokens[-1]} >> order.log && echo {tokens[-1]}"))
+
+        [row] = tenant.until_answered(attempt)
+        self.accepted[tokens[-1]] = int(row["id"])
 
 
 @dataclass
@@ -214,7 +227,7 @@ def run_failover(cluster_dsn: str, cluster_dir: str, image: str, *, sessions: in
     feed = LiveFeed(gateway, username, session_ids[-1])
 
     def token(session: int, round_: int) -> str:
-        return f"s{session}-r{round_}-{secrets.token_hex(3)}"
+        return f"s{session}-r{round_}"
 
     def unfinished() -> int:
         return int(tenant.call("SELECT count(*) AS n FROM shell.commands WHERE status <> ALL(%s)",
@@ -256,7 +269,7 @@ def run_failover(cluster_dsn: str, cluster_dir: str, image: str, *, sessions: in
         wait_until(lambda: done_count(tenant) > done_at_kill, died)
         first_done_s = time.monotonic() - killed_at
         log(f"first completion {first_done_s:.1f} s after the kill")
-        submitter.join()
+        submitter.join(STALL_S)  # a liveness bound: problems() counts what was accepted
         watcher.join(STALL_S)  # a liveness bound: problems() says if it brought nothing
         log(f"rejoining {killed} as a replica")
         ha("rejoin", cluster_dir, killed)
@@ -284,7 +297,10 @@ def run_failover(cluster_dsn: str, cluster_dir: str, image: str, *, sessions: in
 
 class LiveFeed:
     """A client of the gateway long-polling one session's changes, as the
-    page does, from the kill until a poll brings a change made after it."""
+    page does, from the kill until a poll is woken by a change: a poll that
+    ends before its wait with a change made after its cursor was read
+    (the gateway reads before it waits, so a poll that found a change at
+    once, or at the end of its wait, proves nothing of its LISTEN)."""
 
     def __init__(self, gateway: Gateway, username: str, session_id: str) -> None:
         self._gateway, self._username, self._session_id = gateway, username, session_id
@@ -296,15 +312,16 @@ class LiveFeed:
             token = self._retried(lambda: http.post(
                 "/rpc/login", json={"p_username": self._username, "p_password": PASSWORD}))
             headers = {"Authorization": f"Bearer {token.json()['token']}"}
-            cursor = self._retried(lambda: http.post(
-                "/rpc/session_cursor", json={"p_session_id": self._session_id},
-                headers=headers)).json()
             while not self.stop.is_set():
-                answer = self._retried(lambda: http.get(
+                cursor = self._retried(lambda: http.post(
+                    "/rpc/session_cursor", json={"p_session_id": self._session_id},
+                    headers=headers)).json()
+                asked = time.monotonic()
+                answer = self._retried(lambda after=cursor: http.get(
                     "/rpc/session_changes",
-                    params={"p_session_id": self._session_id, "p_after_change": cursor},
-                    headers={**headers, "Prefer": "wait=5"}))
-                if answer.json():
+                    params={"p_session_id": self._session_id, "p_after_change": after},
+                    headers={**headers, "Prefer": f"wait={WAIT_S}"}))
+                if answer.json() and time.monotonic() - asked < WAIT_S - 1:
                     self.after_kill_s = time.monotonic() - killed_at
                     return
 
@@ -345,6 +362,9 @@ def read_log(tenant: Tenant, session_id: str) -> list[str]:
 
 def problems(result: FailoverResult) -> list[str]:
     found = []
+    expected = result.sessions * result.per_session
+    if len(result.submissions.accepted) != expected:
+        found.append(f"{len(result.submissions.accepted)} submissions accepted, not {expected}")
     by_id = {r["id"]: r for r in result.rows}
     for tok, command_id in result.submissions.accepted.items():
         row = by_id.get(command_id)
@@ -366,6 +386,8 @@ def problems(result: FailoverResult) -> list[str]:
             if times > 1 or (row["status"] == "done" and times != 1):
                 found.append(f"session {sid}: command {row['id']} ({row['status']}) "
                              f"wrote its line {times} times")
+            if row["status"] == "done" and row["output"] != f"{tok}\n":
+                found.append(f"session {sid}: command {row['id']} printed {row['output']!r}")
         if [t for t in tokens if t in lines] != lines:
             found.append(f"session {sid}: log out of order or foreign: {lines}")
     if result.feed_after_kill_s is None:

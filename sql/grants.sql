@@ -139,6 +139,7 @@ GRANT EXECUTE ON FUNCTION
     shell.chain_position(bigint, text, integer),
     shell.register_signing_key(text, text),
     shell.register_secrets_key(text, text),
+    shell.secrets_key_in_use(),
     shell.adopt_session(uuid, text),
     shell.host_sessions(uuid[]),
     shell.ended_containers(text[]),

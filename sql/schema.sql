@@ -3260,6 +3260,16 @@ $$;
 
 COMMENT ON FUNCTION shell.seal_input(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'Executor, when the program is over: closes the command''s input, drops its secret bytes and returns every input row (data by hash) for the result record''s input_sha256. PS001 when the lease is lost.';
 
+CREATE FUNCTION shell.secrets_key_in_use() RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT s.key_fingerprint FROM shell.secrets s
+    WHERE s.key_fingerprint IS NOT NULL ORDER BY s.updated_at DESC LIMIT 1
+$$;
+
+COMMENT ON FUNCTION shell.secrets_key_in_use() IS 'Executor, at start-up without a key file: the key the newest stored secret is encrypted to (null: none), so that it copies that key rather than making another one.';
+
 CREATE FUNCTION shell.session_link(p_session_id uuid) RETURNS text
     LANGUAGE sql STABLE
     AS $$

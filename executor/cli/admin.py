@@ -123,7 +123,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
           f"PostgreSQL {node.version}, database {node.database}")
     for replica in node.replicas:
         behind = "" if replica.behind_bytes is None else f", {replica.behind_bytes} bytes behind"
-        print(f"{'replica':8} {replica.address:32} {replica.state} {replica.sync_state}{behind}")
+        print(f"{'replica':8} {replica.name:32} {replica.state} {replica.sync_state}{behind}")
     for row in rows:
         print(f"{row.state:8} {row.name:32} {row.applied_at or ''}")
     return 0

@@ -64,6 +64,11 @@ class ExecutorDatabase(Database):
                          (worker_id, limit, lease_s, host, grace_ms, templates, template_wait_ms))
         return [ClaimedCommand(**row) for row in rows]
 
+    def secrets_key_in_use(self) -> str | None:
+        """The fingerprint of the key the newest stored secret is encrypted to."""
+        found = self.call("SELECT shell.secrets_key_in_use() AS k")[0]["k"]
+        return None if found is None else str(found)
+
     def register_secrets_key(self, fingerprint: str, public_key: str) -> None:
         """set_secret encrypts to this key from now on."""
         self.call("SELECT shell.register_secrets_key(%s, %s)", (fingerprint, public_key))

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from psycopg2 import sql
 
+from executor.errors import ApiError
+
 # The comparison operators, each as fixed SQL text chosen by name.
 COMPARISONS = {"eq": "=", "neq": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<=",
                "like": "LIKE", "ilike": "ILIKE"}
@@ -232,8 +234,11 @@ def read_page(cur: Any, query: RowQuery, encode: Callable[[Any], bytes] | None =
 # setting the call reads (db/gateway.py sets it), so that no argument's value
 # is part of the statement's text. PostgreSQL logs the text of a statement
 # that fails: a refused set_secret or login must not put a secret or a
-# password into the server's log. Raw bytes (an upload's body) are the one
-# exception: JSON cannot carry them, so they stay bound parameters.
+# password into the server's log. Raw bytes (an upload's body, a file's
+# content) are the one exception: JSON cannot carry them, so they stay
+# parameters of the call itself. The setting's own statement (it does not
+# fail on the arguments) holds them as text: statement logging (log_statement,
+# log_min_duration_statement) must stay off, as it is by default.
 ARGUMENTS_SETTING = "pg_shell.arguments"
 _ARGUMENT = sql.SQL("(current_setting('" + ARGUMENTS_SETTING + "')::jsonb {} {})")
 
@@ -271,4 +276,17 @@ def function_source(schema: str, function: str, args: dict[str, Any],
              for name, value in args.items()]
     call = sql.SQL("{}.{}({})").format(sql.Identifier(schema), sql.Identifier(function),
                                        sql.SQL(", ").join(named))
-    return FunctionCall(call, params, json.dumps(given))
+    return FunctionCall(call, params, _arguments_json(given))
+
+
+def _arguments_json(given: dict[str, Any]) -> str:
+    """The arguments as JSON PostgreSQL takes: a NaN or a lone surrogate would
+    fail the call's jsonb cast, whose error context quotes the JSON, values
+    and all, into the server's log."""
+    try:
+        text = json.dumps(given, allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ApiError("an argument is not valid JSON text: NaN, Infinity or a lone surrogate",
+                       "22P02", 400) from exc
+    return text

@@ -11,7 +11,7 @@ from executor.db.database import Connector
 
 @dataclass(frozen=True)
 class Replica:
-    address: str
+    name: str  # its application_name (Patroni: the member's name), else its address
     state: str  # streaming, catchup, ...
     sync_state: str  # sync, async, potential, quorum
     behind_bytes: int | None  # WAL not yet replayed there
@@ -19,7 +19,7 @@ class Replica:
 
 @dataclass(frozen=True)
 class Server:
-    address: str  # host:port as the server sees its end (socket: "local")
+    address: str  # host:port as the server sees its end (a socket: "local:PORT")
     primary: bool
     version: str
     database: str
@@ -33,10 +33,11 @@ def describe(db: Connector) -> Server:
         " split_part(current_setting('server_version'), ' ', 1) AS version,"
         " current_database() AS database")
     replicas = db.call(
-        "SELECT coalesce(host(client_addr), 'local') AS address, state, sync_state,"
+        "SELECT coalesce(nullif(application_name, ''), host(client_addr), 'local') AS name,"
+        " state, sync_state,"
         " pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint AS behind"
-        " FROM pg_stat_replication ORDER BY client_addr, client_port") if row["primary"] else []
+        " FROM pg_stat_replication ORDER BY 1") if row["primary"] else []
     address = f"{row['host']}:{row['port']}" if row["host"] else f"local:{row['port'] or ''}"
     return Server(address, bool(row["primary"]), row["version"], row["database"],
-                  [Replica(r["address"], r["state"] or "unknown", r["sync_state"] or "unknown",
+                  [Replica(r["name"], r["state"] or "unknown", r["sync_state"] or "unknown",
                            r["behind"]) for r in replicas])

@@ -146,9 +146,10 @@ class CommandLife:
         except SecretsUnavailable as exc:
             self._complete_unstarted(db, run, str(exc))
             return
-        mask = SecretMask(secrets.values()) if secrets else None
         image = self._images.for_command(cmd, default_image)
         interaction = self._interaction(db, run)
+        mask = (SecretMask(secrets.values(), terminal=interaction is not None and interaction.tty)
+                if secrets else None)
         save_output = metrics.counting_output(
             lambda seq, data, notify: db.append_output(cmd, self._worker_id, seq, data, notify))
         writer = OutputWriter(save_output, self._flush_s,
@@ -252,8 +253,11 @@ class CommandLife:
         writer.close()
         cwd_after, env_after = result.cwd, result.env
         if progress.mask is not None:  # e.g. `export COPY=$TOKEN`, `cd "$TOKEN"`
-            cwd_after = progress.mask.text(cwd_after)
-            env_after = {name: progress.mask.text(value) for name, value in env_after.items()}
+            mask = progress.mask
+            cwd_after = mask.text(cwd_after)
+            # A variable named after a value (`export "$TOKEN"=1`) is dropped.
+            env_after = {name: mask.text(value) for name, value in env_after.items()
+                         if mask.text(name) == name}
         end = outcome_of(result.exit_code, result.reason, run.kill_reason)
         if files.failure and end.status == "done":
             # Ran to its end, but what it did to the files could not be kept.

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from executor.audit.signing import Signer
 from executor.config import Settings
@@ -20,7 +21,7 @@ from executor.db.listener import Listener
 from executor.db.queue import ExecutorDatabase
 from executor.db.terminal import TerminalDatabase
 from executor.db.workspace import WorkspaceStore
-from executor.errors import DatabaseUnavailable, LeaseLost, PgShellError
+from executor.errors import ConfigError, DatabaseUnavailable, LeaseLost, PgShellError
 from executor.sandbox import Sandbox, SandboxError
 from executor.secrets.key import SecretsKey
 from executor.workspace.capture import CaptureLimits
@@ -49,8 +50,7 @@ class Worker:
         self._notify = notify
         self._dsn = settings.require_database_url()
         self._signer = Signer.from_file(settings.signing_key_file)
-        self._secrets_key = (SecretsKey.from_file(settings.secrets_key_file)
-                             if settings.secrets_key_file else None)
+        self._secrets_key: SecretsKey | None = None  # loaded (or made) at start-up
         self._files = HostFiles(sandbox, settings.volumes_dir, CaptureLimits(
             max_entries=settings.capture_max_entries, max_bytes=settings.capture_max_mb * MiB,
             quota_bytes=settings.disk_quota_mb * MiB))
@@ -95,6 +95,27 @@ class Worker:
 
     # -- start-up ----------------------------------------------------------------
 
+    def _open_secrets_key(self, db: ExecutorDatabase) -> SecretsKey | None:
+        """The key that opens users' secrets: the file's, or a new one in it
+        while the database holds no secret encrypted to another. Every
+        executor must hold the same: a second key made on another host would
+        leave each host unable to open what was set while the other's was
+        the newest."""
+        path = self.settings.secrets_key_file
+        if not path:
+            log.warning("worker %s holds no secrets key (PG_SHELL_SECRETS_KEY_FILE is empty): "
+                        "commands of sessions that use secrets fail here", self.worker_id)
+            return None
+        if not Path(path).exists():
+            in_use = db.secrets_key_in_use()
+            if in_use is not None:
+                raise ConfigError(
+                    f"secrets key {path} does not exist, and the database holds secrets "
+                    f"encrypted to key {in_use}: copy that key's file here from a host that has "
+                    "it (every executor needs the same one), or set PG_SHELL_SECRETS_KEY_FILE= "
+                    "to run without secrets")
+        return SecretsKey.from_file(path)
+
     def start_up(self) -> None:
         isolation = self._sandbox.isolation()
         log.info("worker %s: engine isolation is %s", self.worker_id, isolation)
@@ -117,12 +138,13 @@ class Worker:
                               self.settings.warm_idle_s, self.settings.warm_per_user,
                               self.settings.warm_per_session)
         self._copies = ArchivedCopies(self._sandbox, self._warm)
+        db = self._database("start-up")
+        self._secrets_key = self._open_secrets_key(db)
         self._life = CommandLife(self.settings, self.worker_id, self._sandbox, self._signer,
                                  self._files, images, self._warm, self._stop, self._remove_later,
                                  runtimes, self._secrets_key,
                                  lambda: TerminalDatabase(self._dsn, self.settings.executor_role,
                                                           name="pg-shell-executor input"))
-        db = self._database("start-up")
         images.follow(db)
         db_audit.register_key(db, self._signer.public_key_hex, self.worker_id)
         db.publish_time_limit(self.settings.timeout_s)
@@ -131,9 +153,6 @@ class Worker:
             db.register_secrets_key(self._secrets_key.fingerprint, self._secrets_key.public_key)
             log.info("worker %s opens secrets with key %s", self.worker_id,
                      self._secrets_key.fingerprint)
-        else:
-            log.warning("worker %s holds no secrets key (PG_SHELL_SECRETS_KEY_FILE is empty): "
-                        "commands of sessions that use secrets fail here", self.worker_id)
         # Containers this worker id left behind may have run even if they
         # were never marked running: those commands must not run again.
         leftovers = self._sandbox.command_ids(self.worker_id)

@@ -112,6 +112,18 @@ COMMENT ON FUNCTION shell.register_secrets_key(text, text) IS
     'Executor, at start-up: the public key of its secrets key, the one set_secret encrypts to from now on. '
     '22023 for a bad fingerprint or a key pgcrypto cannot encrypt to.';
 
+CREATE FUNCTION shell.secrets_key_in_use() RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    SELECT s.key_fingerprint FROM shell.secrets s
+    WHERE s.key_fingerprint IS NOT NULL ORDER BY s.updated_at DESC LIMIT 1
+$$;
+
+COMMENT ON FUNCTION shell.secrets_key_in_use() IS
+    'Executor, at start-up without a key file: the key the newest stored secret is encrypted to (null: none), '
+    'so that it copies that key rather than making another one.';
+
 CREATE FUNCTION shell_api.set_secret(p_name text, p_value text) RETURNS json
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''

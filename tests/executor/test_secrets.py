@@ -15,6 +15,7 @@ import secrets
 import pytest
 
 from executor.audit.records import RECORD_VERSION
+from executor.secrets.key import SecretsKey
 from tests.audit.conftest import cli, verify
 from tests.executor.conftest import Shell
 from tests.support import call, connect_as, one
@@ -145,6 +146,12 @@ def test_an_executor_without_the_key_refuses_commands_that_need_secrets(
     plain = make_shell_without_secrets(shell)
     assert plain.run("echo fine")["output"] == "fine\n"
     keyless.stop()
+    # No key file, while the database holds secrets: made anew here, it
+    # would not open them; the executor says to copy the key instead.
+    missing = make_daemon(PG_SHELL_SECRETS_KEY_FILE=str(tmp_path / "absent-key")).launch()
+    assert missing.wait(60) != 0
+    assert "copy that key's file here" in missing.log(), missing.log()[-2000:]
+    SecretsKey.from_file(tmp_path / "another-key")  # a key of its own, made by hand
     other = make_daemon(PG_SHELL_SECRETS_KEY_FILE=str(tmp_path / "another-key")).start()
     wrong = shell.run("echo never")
     assert "which this executor does not hold" in wrong["reason"], wrong["reason"]
@@ -156,6 +163,23 @@ def make_shell_without_secrets(shell: Shell) -> Shell:
     plain.conn = shell.conn
     plain.session_id = one(shell.conn, "SELECT shell_api.create_session('plain')")
     return plain
+
+
+def test_on_a_terminal_a_value_of_several_lines_is_masked(db, daemon, shell):
+    pem = "-----BEGIN KEY-----\n" + secrets.token_hex(24) + "\n-----END KEY-----"
+    set_secret(shell, "DEPLOY_KEY", pem)
+    use(shell, "DEPLOY_KEY")
+    command_id = one(shell.conn, "SELECT shell_api.submit_command(%s, %s, true)",
+                     (shell.session_id, 'printf "%s\\n" "$DEPLOY_KEY"; echo "$DEPLOY_KEY" | wc -l'))
+    row = shell.wait(command_id)
+    assert row["output"] == "***\r\n3\r\n", row["output"]
+
+
+def test_a_variable_named_after_a_value_is_not_kept(db, daemon, shell):
+    set_secret(shell, "NAME_TOKEN", "secret_name_1234")
+    use(shell, "NAME_TOKEN")
+    row = shell.run('export "$NAME_TOKEN"=1 KEPT=2')
+    assert row["env_after"].get("KEPT") == "2" and "secret_name_1234" not in row["env_after"]
 
 
 def test_a_changed_secret_version_in_a_row_is_an_edit(db, daemon, shell, token):

@@ -123,6 +123,13 @@ def test_a_calls_arguments_are_never_part_of_its_statement():
                            {**types, "p_data": "bytea"})
     text = repr(call.source)
     assert "s3cr3t" not in text and json.loads(call.arguments) == args
-    assert call.params == [b"\x00raw"]  # raw bytes (an upload's) stay bound parameters
+    assert call.params == [b"\x00raw"]  # raw bytes (an upload's) stay parameters of the call
     for name in args:
         assert name in text
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "\udc80 lone"])
+def test_an_argument_postgresql_could_not_read_as_json_is_refused_first(value):
+    with pytest.raises(ApiError) as refused:
+        function_source("shell_api", "set_secret", {"p_value": value}, {"p_value": "text"})
+    assert (refused.value.code, refused.value.status) == ("22P02", 400)
