@@ -22,7 +22,6 @@ USER_ID = "pg_shell secrets"
 
 class SecretsKey:
     def __init__(self, tsk: Tsk) -> None:
-        self._tsk = tsk
         self._decryptor = tsk.decryptor()
         cert = tsk.extract_certificate()
         self.fingerprint = cert.fingerprint.upper()

@@ -33,7 +33,6 @@ class SecretMask:
         if not self._values:
             raise ValueError("a mask needs at least one value")
         self._pattern = re.compile("|".join(map(re.escape, self._values)))
-        self._longest = len(self._values[0])
         self._held = ""
 
     def text(self, text: str) -> str:

@@ -148,13 +148,13 @@ class CommandLife:
             return
         image = self._images.for_command(cmd, default_image)
         interaction = self._interaction(db, run)
-        mask = (SecretMask(secrets.values(), terminal=interaction is not None and interaction.tty)
-                if secrets else None)
+        tty = interaction is not None and interaction.tty
+        mask = SecretMask(secrets.values(), terminal=tty) if secrets else None
         save_output = metrics.counting_output(
             lambda seq, data, notify: db.append_output(cmd, self._worker_id, seq, data, notify))
         writer = OutputWriter(save_output, self._flush_s,
                               lambda: db.announce_output(cmd, self._worker_id), self._notify_s,
-                              eager=interaction is not None and interaction.tty, mask=mask)
+                              eager=tty, mask=mask)
         progress = _Progress(db, self._worker_id, run, image, default_image, runtime, writer, mask)
         request = RunRequest(command_id=cmd.command_id, session_id=cmd.session_id,
                              worker_id=self._worker_id, command=cmd.command, cwd=cmd.cwd,

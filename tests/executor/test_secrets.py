@@ -134,7 +134,7 @@ def test_a_deleted_secret_fails_the_next_command_saying_so(db, daemon, shell, to
 
 
 def test_an_executor_without_the_key_refuses_commands_that_need_secrets(
-        db, make_daemon, shell, token, tmp_path):
+        db, make_daemon, shell, make_shell, token, tmp_path):
     first = make_daemon().start()
     set_secret(shell, "API_TOKEN", token)
     first.stop()
@@ -143,7 +143,7 @@ def test_an_executor_without_the_key_refuses_commands_that_need_secrets(
     refused = shell.run("echo never")
     assert refused["status"] == "failed", refused
     assert "this executor holds no key to open them" in refused["reason"], refused["reason"]
-    plain = make_shell_without_secrets(shell)
+    plain = make_shell("alice")  # a session of hers that names no secret
     assert plain.run("echo fine")["output"] == "fine\n"
     keyless.stop()
     # No key file, while the database holds secrets: made anew here, it
@@ -156,13 +156,6 @@ def test_an_executor_without_the_key_refuses_commands_that_need_secrets(
     wrong = shell.run("echo never")
     assert "which this executor does not hold" in wrong["reason"], wrong["reason"]
     other.stop()
-
-
-def make_shell_without_secrets(shell: Shell) -> Shell:
-    plain = Shell.__new__(Shell)
-    plain.conn = shell.conn
-    plain.session_id = one(shell.conn, "SELECT shell_api.create_session('plain')")
-    return plain
 
 
 def test_on_a_terminal_a_value_of_several_lines_is_masked(db, daemon, shell):
