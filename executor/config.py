@@ -235,6 +235,11 @@ class Settings(BaseSettings):
         description="entries (files, directories, links) a session's home may hold for its "
                     "files to be saved after a command; beyond, the command fails and the files "
                     "stay as they were")
+    capture_change_records: bool = Field(
+        default=True,
+        description="with `loop` volumes, the kernel's record of a home's changes (fanotify, "
+                    "root only) tells a capture which directories to scan; `false`: every "
+                    "capture walks the whole home")
     capture_max_mb: int = Field(
         default=256, ge=1,
         description="bytes of changed files one command's capture reads (also bounded by "

@@ -75,6 +75,11 @@ WARM_WASTED = Counter(
     "pg_shell_warm_wasted", "Warm containers removed unused, by why: idle, promotion, image, "
     "runtime, dead, shutdown", ["reason"], registry=EXECUTOR)
 
+CAPTURE_SCANS = Counter(
+    "pg_shell_capture_scans", "Captures after a command, by what their scan walked: changed "
+    "(the directories the kernel's change record named) or home (the whole home)", ["walk"],
+    registry=EXECUTOR)
+
 # -- the gateway -------------------------------------------------------------------
 
 GATEWAY_REQUESTS = Counter(

@@ -24,7 +24,7 @@ PROTOCOL = 1
 HEADER = struct.Struct(">cI")
 MAX_PAYLOAD = 8 * 1024 * 1024  # a manifest batch is at most ~300 KiB; output frames are 64 KiB
 MAX_SKIPPED = 100  # the scan's skipped entries kept (the M frame lists as many)
-KNOWN = frozenset(b"osSxmMfdFrekt")
+KNOWN = frozenset(b"osSxnmMfdFrekt")
 SEQ = struct.Struct(">I")
 
 
@@ -88,9 +88,12 @@ class FileReceiver(Protocol):
 
     ``max_entries``: the most manifest entries it accepts (the conversation
     keeps no more, and the supervisor stops its walk past them);
-    ``known``: {directory: digest of its entries} of what the receiver
-    knows (the supervisor sends a directory that still hashes to it as
-    unchanged);
+    ``scan()``: what the supervisor is to walk once the command ended (the
+    answer to its n frame): ``known``, {directory: digest of its entries}
+    of what the receiver knows (the supervisor sends a directory that still
+    hashes to it as unchanged), and, if the receiver knows which
+    directories changed, ``changed`` and ``held``;
+    ``known``: the digests of the last ``scan()``;
     ``expected_bytes``: what the files it asked for hold, by the manifest
     (the capture's deadline grows with it)."""
 
@@ -98,6 +101,7 @@ class FileReceiver(Protocol):
     known: dict[str, str]
     expected_bytes: int
 
+    def scan(self) -> dict[str, Any]: ...
     def wanted(self, manifest: list[list[Any]], scan: ScanReport) -> list[str]: ...
     def begin(self, path: str) -> None: ...
     def data(self, chunk: bytes) -> None: ...
@@ -166,6 +170,9 @@ class Conversation:
             report = _json(payload)
             self.status = int(report["status"])
             self.oom = report["oom"] if isinstance(report.get("oom"), bool) else None
+        elif kind == b"n":
+            self.reply(json_frame(b"D", self.files.scan() if self.files is not None
+                                  else {"known": {}}))
         elif kind == b"m":
             batch = _json(payload)
             if not isinstance(batch, list):

@@ -83,6 +83,9 @@ class Sandbox:
             self.volumes = PlainVolumes(self._client, volume_dir, copies_per_user)
         self.containers = Containers(self._client, limits, shell_root,
                                      self.volumes.seed_from_image, scope)
+        # Called with the session id once a container of the session is
+        # started, before a command is handed to it (its home is mounted).
+        self.on_mounted: Callable[[str], None] = lambda _session_id: None
 
     # -- engine facts --------------------------------------------------------
 
@@ -121,9 +124,11 @@ class Sandbox:
         supervisor waiting on stdin. Used by at most one ``run``, of the
         same image and runtime."""
         volume = self.volumes.volume_for(session_id, image)
-        return self.containers.start(image, runtime or self.runtime,
-                                     warm_labels(session_id, worker_id, self.scope),
-                                     volume, session_id)
+        started = self.containers.start(image, runtime or self.runtime,
+                                        warm_labels(session_id, worker_id, self.scope),
+                                        volume, session_id)
+        self.on_mounted(session_id)
+        return started
 
     def usable(self, warm: Started) -> bool:
         """Whether a warm container still waits (not killed, its engine not
@@ -164,6 +169,7 @@ class Sandbox:
             started = self.containers.start(req.image, req.runtime or self.runtime,
                                             command_labels(req, self.scope), volume,
                                             req.session_id, on_created)
+            self.on_mounted(req.session_id)
         else:
             started = warm
             try:
@@ -175,7 +181,9 @@ class Sandbox:
                                     "env": {**session_env(req.env), **req.secrets},
                                     "capture": files is not None,
                                     "max_entries": files.max_entries if files else None,
-                                    "known": files.known if files else {},
+                                    # What to walk is asked for (n) once the
+                                    # command ended: only then is it known.
+                                    "known": {}, "ask": files is not None,
                                     **_interaction_fields(req.interaction)})
         cap = (self.limits.terminal_output_cap_bytes if req.interaction and req.interaction.tty
                else self.limits.output_cap_bytes)

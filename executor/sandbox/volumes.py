@@ -183,6 +183,7 @@ class LoopVolumes:
         # an empty home, and the workspace records that it holds the empty
         # tree (so the session's first command restores nothing).
         self.on_made: Callable[[str], None] = lambda _session_id: None
+        self._mountpoints: dict[str, str] = {}  # where the engine mounts each volume
 
     def image_path(self, session_id: str) -> Path:
         return self.state_dir / f"{volume_name(session_id)}.ext4"
@@ -190,6 +191,11 @@ class LoopVolumes:
     def hold(self, session_id: str, owner: str | None) -> AbstractContextManager[None]:
         """The copy is in use while the block runs (host_copies.py)."""
         return self._copies.hold(session_id, owner)
+
+    def mountpoint(self, session_id: str) -> str | None:
+        """Where the engine mounts the session's volume on this host while
+        a container uses it (known once ``volume_for`` has run)."""
+        return self._mountpoints.get(session_id)
 
     def volume_for(self, session_id: str, image: str) -> str:
         """Create on first use; re-attach after a reboot; ``image`` hands an
@@ -281,13 +287,14 @@ class LoopVolumes:
                 volume = None
             if volume is not None:
                 if (volume.attrs.get("Options") or {}).get("device") == loop:
+                    self._mountpoints[session_id] = str(volume.attrs.get("Mountpoint"))
                     return
                 # After a reboot the loop number differs, and /dev/loopN may
                 # now back ANOTHER session's image: a volume pointing at it
                 # must never be mounted. Volume options are immutable, so
                 # replace the volume; the data lives in the image file.
                 volume.remove()
-            self._client.volumes.create(
+            volume = self._client.volumes.create(
                 name,
                 driver="local",
                 # discard: a file deleted in the home gives its blocks back
@@ -295,6 +302,7 @@ class LoopVolumes:
                 driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev,discard"},
                 labels={SESSION_LABEL: session_id},
             )
+            self._mountpoints[session_id] = str(volume.attrs.get("Mountpoint"))
 
 
 class _Copies(Protocol):

@@ -53,7 +53,7 @@ class Worker:
         self._secrets_key: SecretsKey | None = None  # loaded (or made) at start-up
         self._files = HostFiles(sandbox, settings.volumes_dir, CaptureLimits(
             max_entries=settings.capture_max_entries, max_bytes=settings.capture_max_mb * MiB,
-            quota_bytes=settings.disk_quota_mb * MiB))
+            quota_bytes=settings.disk_quota_mb * MiB), settings.capture_change_records)
         # The main loop must stay responsive (signals, watchdog) during an
         # outage, so its connections try once per round; command threads
         # retry until the database is back.
@@ -180,6 +180,7 @@ class Worker:
             self._wait_for_work()
         self._notify("STOPPING=1")
         self._warm.close()
+        self._files.close()
         self._drain()
         self._maintenance_done.set()
         maintenance.join()

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # name -> [kind, mode, size, inode, ctime_ns, blob (file) or target (symlink) or None]
 Children = dict[str, list[Any]]
 SCHEMA = """
-CREATE TABLE copy (root TEXT);
+CREATE TABLE copy (root TEXT, watch TEXT);
 CREATE TABLE dirs (
     path TEXT PRIMARY KEY,   -- '' is the home
     tree TEXT NOT NULL,      -- its tree hash in the root
@@ -94,6 +94,8 @@ class Index:
     # Whether it was read from the host's file (whose rows a commit then
     # only updates), not made here (a restore's, a new copy's).
     stored: bool = False
+    # The change record that was running when its scan was taken (changes.py).
+    watch: str | None = None
 
     def read(self, paths: Iterable[str]) -> None:
         """Reads the entries of these directories, in one go."""
@@ -131,15 +133,15 @@ class HostCache:
             return None
         try:
             with closing(_open(path)) as db:
-                row = db.execute("SELECT root FROM copy").fetchone()
+                row = db.execute("SELECT root, watch FROM copy").fetchone()
                 if row is None or row[0] is None:
                     return None
                 dirs = {p: Dir(t, s, d, b, n) for p, t, s, d, b, n in db.execute(
                     "SELECT path, tree, size, digest, file_bytes, entries FROM dirs")}
-        except sqlite3.Error:
+        except sqlite3.Error:  # also an older executor's index, without watch
             return None
         return Index(row[0], dirs, {}, lambda directories: _children(path, directories),
-                     stored=True)
+                     stored=True, watch=row[1])
 
     def forget(self, session_id: str) -> None:
         """The copy is about to change: distrust it until a commit says otherwise."""
@@ -173,7 +175,7 @@ class HostCache:
                      for p in (index.dirs if changed is None else changed)
                      for d in (index.dirs[p],)))
                 db.execute("DELETE FROM copy")
-                db.execute("INSERT INTO copy VALUES (?)", (index.root,))
+                db.execute("INSERT INTO copy VALUES (?, ?)", (index.root, index.watch))
         except (sqlite3.Error, OSError, IndexUnreadable) as exc:
             log.warning("session_id=%s: this host's index of its copy could not be written "
                         "(%s); the next command restores the copy", session_id, exc)

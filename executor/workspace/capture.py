@@ -34,10 +34,12 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from executor import metrics
 from executor.db.workspace import WorkspaceStore
 from executor.sandbox.protocol import ScanReport
 
 from .cache import Children, Dir, Index, IndexUnreadable, file_bytes
+from .changes import ChangeRecords
 from .tree import InvalidEntry, check_entry, check_path, tree_hash
 
 log = logging.getLogger(__name__)
@@ -76,13 +78,20 @@ class Captured:
 class Capture:
     """One command's files (a FileReceiver for Sandbox.run)."""
 
-    def __init__(self, store: WorkspaceStore, index: Index, limits: CaptureLimits) -> None:
+    def __init__(self, store: WorkspaceStore, index: Index, limits: CaptureLimits,
+                 records: ChangeRecords | None = None, session_id: str = "") -> None:
         self._store = store
         self._index = index
         self._limits = limits
+        self._records = records
+        self._session_id = session_id
         self._max_bytes = limits.quota_bytes
         self.max_entries: int | None = limits.max_entries
-        self.known = _known(index)
+        self.known: dict[str, str] = {}
+        # Whether the scan listed only the directories that changed: then
+        # a directory it did not list is as the index holds it.
+        self._targeted = False
+        self._watch: str | None = None
         self.expected_bytes = 0
         self._listed: dict[str, Children] = {}  # directories the scan sent whole
         self._same: set[str] = set()  # directories the scan found as the index has them
@@ -95,6 +104,36 @@ class Capture:
         self.failure: str | None = None
 
     # -- the runner's questions -------------------------------------------------
+
+    def scan(self) -> dict[str, Any]:
+        """What the supervisor walks: the directories this host's change
+        record names (and the index's subdirectories of them), or, without
+        a record that is complete since the index, the whole home."""
+        changed = None
+        if self._records is not None:
+            changed = self._records.take(self._session_id, self._index.watch)
+            self._watch = self._records.token(self._session_id)
+        try:
+            if changed is not None and self._index.root is not None:
+                scan = self._targeted_scan([check_path(d) if d else d for d in changed])
+                metrics.CAPTURE_SCANS.labels(walk="changed").inc()
+                return scan
+        except (InvalidEntry, IndexUnreadable) as exc:
+            log.warning("session_id=%s: the whole home is walked: %s", self._session_id, exc)
+        self.known = _known(self._index)
+        metrics.CAPTURE_SCANS.labels(walk="home").inc()
+        return {"known": self.known}
+
+    def _targeted_scan(self, changed: list[str]) -> dict[str, Any]:
+        self._index.read(changed)
+        held: dict[str, list[int]] = {}
+        for d in changed:
+            if d in self._index.dirs:
+                held.update((_join(d, name), [e[3], e[4]])
+                            for name, e in self._index.children(d).items() if e[0] == "dir")
+        self.known = {d: self._index.dirs[d].digest for d in changed if d in self._index.dirs}
+        self._targeted = True
+        return {"known": self.known, "changed": changed, "held": held}
 
     def wanted(self, manifest: list[list[Any]], scan: ScanReport) -> list[str]:
         self.failure = self._scan_failure(scan)
@@ -110,6 +149,7 @@ class Capture:
 
     def _wanted(self, manifest: list[list[Any]]) -> list[str]:
         self._listed, self._same = self._validated(manifest)
+        self._index.read(self._listed)
         self._dirs = self._walk()
         entries = sum(self._index.dirs[d].entries if d in self._same else len(self._children(d))
                       for d in self._dirs)
@@ -121,7 +161,6 @@ class Capture:
         if total > self._max_bytes:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
             return []
-        self._index.read(self._listed)
         changed = [(_join(d, name), e[2]) for d, children in self._listed.items()
                    for name, e in children.items()
                    if e[0] == "file" and self._old_blob(d, name, e) is None]
@@ -201,7 +240,8 @@ class Capture:
             raise RuntimeError("the database hashed a tree differently from the executor")
         loaded = {d: c for d, c in self._index.loaded.items() if d in dirs}
         loaded.update((d, self._children(d)) for d in changed)
-        index = Index(dirs[""].tree, dirs, loaded, self._index.load_children, self._index.stored)
+        index = Index(dirs[""].tree, dirs, loaded, self._index.load_children, self._index.stored,
+                      self._watch)
         removed = set(self._index.dirs) - set(dirs)
         return Captured(dirs[""].tree, dirs[""].size, index,
                         changed if self._index.stored else None, removed)
@@ -237,23 +277,33 @@ class Capture:
 
     def _walk(self) -> dict[str, list[str]]:
         """Every directory of the new root, from the home down, with its
-        subdirectories: an unchanged one's as the index has them."""
+        subdirectories: an unchanged one's as the index has them. After a
+        targeted scan, a directory not listed is unchanged unless its
+        parent was listed with it as another directory (inode or ctime
+        not the index's): then it is one the scan walked and found empty."""
         below: dict[str, list[str]] = {}
         for path in self._index.dirs:
             if path:
                 below.setdefault(path.rpartition("/")[0], []).append(path)
         dirs: dict[str, list[str]] = {}
-        todo = [""]
+        todo: list[tuple[str, bool]] = [("", False)]
         while todo:
-            d = todo.pop()
+            d, replaced = todo.pop()
             if d in self._same and d in self._listed:
                 raise InvalidEntry(f"{d!r}: both unchanged and sent whole")
-            if d in self._same:
+            if d in self._listed:
+                listed = self._listed[d]
+                old = self._index.children(d) if d in self._index.dirs else {}
+                subs = [(_join(d, name), not _same_dir(old.get(name), e))
+                        for name, e in listed.items() if e[0] == "dir"]
+                dirs[d] = [s for s, _replaced in subs]
+                todo.extend(subs)
+            elif d in self._same or (self._targeted and not replaced and d in self._index.dirs):
+                self._same.add(d)
                 dirs[d] = below.get(d, [])
+                todo.extend((s, False) for s in dirs[d])
             else:
-                dirs[d] = [_join(d, n) for n, e in self._listed.get(d, {}).items()
-                           if e[0] == "dir"]
-            todo.extend(dirs[d])
+                dirs[d] = []  # a directory the scan found empty
         stray = (set(self._listed) | self._same) - set(dirs)
         if stray:
             raise InvalidEntry(f"{min(stray)[:200]!r}: reported, but not a directory of the home")
@@ -343,6 +393,12 @@ class Capture:
 
 def _join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
+
+
+def _same_dir(old: list[Any] | None, new: list[Any]) -> bool:
+    """Whether an entry is the directory the index holds there (its inode
+    and ctime: a directory put in another's place has another)."""
+    return old is not None and old[0] == "dir" and old[3] == new[3] and old[4] == new[4]
 
 
 def _known(index: Index) -> dict[str, str]:

@@ -15,6 +15,7 @@ from executor.sandbox.volumes import LoopVolumes
 
 from .cache import Dir, HostCache, Index
 from .capture import Capture, Captured, CaptureLimits
+from .changes import ChangeRecords
 from .restore import RestoreFailed, prepare
 from .tree import EMPTY_TREE
 
@@ -32,14 +33,21 @@ class Outcome:
 
 
 class HostFiles:
-    def __init__(self, sandbox: Sandbox, cache_dir: str, limits: CaptureLimits) -> None:
+    def __init__(self, sandbox: Sandbox, cache_dir: str, limits: CaptureLimits,
+                 change_records: bool = True) -> None:
         self._sandbox = sandbox
         self._cache = HostCache(cache_dir)
         self._limits = limits
+        self._records: ChangeRecords | None = None
         # A loop volume starts as an empty filesystem; a plain one as the
-        # image's home, which is not empty, so only the first says so.
+        # image's home, which is not empty, so only the first says so. A
+        # loop volume is a file system of its own, whose changes the kernel
+        # records (a plain one shares the engine's: its captures walk it).
         if isinstance(sandbox.volumes, LoopVolumes):
             sandbox.volumes.on_made = self._made_empty
+            if change_records:
+                self._records = ChangeRecords(sandbox.volumes.mountpoint)
+                sandbox.on_mounted = self._records.watch
 
     def _made_empty(self, session_id: str) -> None:
         """The session's copy was made just now (and nothing has mounted
@@ -63,7 +71,7 @@ class HostFiles:
             self._cache.forget(req.session_id)
             index = prepare(store, self._cache, req.session_id, root, restorer)
         self._cache.forget(req.session_id)
-        return Capture(store, index, self._limits)
+        return Capture(store, index, self._limits, self._records, req.session_id)
 
     def finish(self, capture: Capture, result: RunResult, root_before: str | None) -> Outcome:
         """The root the command leaves (its trees stored), or the one it
@@ -95,3 +103,7 @@ class HostFiles:
         if outcome.captured is not None:
             captured = outcome.captured
             self._cache.save(session_id, captured.index, captured.changed, captured.removed)
+
+    def close(self) -> None:
+        if self._records is not None:
+            self._records.close()

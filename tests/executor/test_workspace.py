@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from tests.fixtures_stack import remove_session_volumes
+from tests.fixtures_stack import free_port, remove_session_volumes
+from tests.observability.test_metrics import scrape, value
 from tests.support import call, one
 
 ROOT = "/home/sandbox"
@@ -166,12 +167,15 @@ CHANGES = [
     "mkdir -p a/b/c d e/f && echo 1 > a/b/c/one && echo 2 > a/b/two && echo ab > a/same-size"
     " && echo 3 > d/three && echo 4 > e/f/four && ln -s a/b link",
     "echo more >> a/b/c/one",                      # a file rewritten, deep
+    "ln a/b/c/one hard",                           # a hard link
+    "echo through-the-link >> hard",               # its file changed under the other name
     "printf 'xy\\n' > a/same-size",                # same size, new bytes
     "rm a/b/two",                                  # a deletion
     "mv d renamed",                                # a directory renamed
     "rm -r e && echo now-a-file > e",              # a directory replaced by a file
     "rm e && mkdir -p e/g && echo back > e/g/x",   # and back
-    "ln a/b/c/one hard",                           # a hard link
+    "python3 -c \"import mmap; f = open('renamed/three', 'r+b'); "
+    "m = mmap.mmap(f.fileno(), 0); f.close(); m[0:1] = b'Z'; m.flush()\"",  # written mapped
     "touch \"a/b/$(printf 'new\\nline')\"",          # a name with a newline
     "chmod 600 a/b/c/one && chmod 700 a/b",        # modes only
     "ln -sfn renamed link",                        # a link pointed elsewhere
@@ -186,12 +190,26 @@ def stored_as_seen(shell, command_id: int) -> dict[str, list]:
                 r["target"]] for p, r in files(shell, command_id).items()}
 
 
-def test_every_kind_of_change_is_stored_as_the_container_sees_it(daemon, shell, docker_client):
-    """The capture reads only the directories that changed; after each kind
-    of change the stored files are what a full walk of the home finds, with
-    this host's index and after the host lost its copy and restored it."""
+@pytest.mark.parametrize("records", ["true", "false"])
+def test_every_kind_of_change_is_stored_as_the_container_sees_it(make_daemon, shell,
+                                                                 docker_client, records):
+    """The capture reads only the directories that changed, as the kernel's
+    change record names them or (without one) as a walk of the home finds
+    them; after each kind of change the stored files are what a full walk
+    of the home finds, with this host's index and after the host lost its
+    copy and restored it."""
+    port = free_port()
+    daemon = make_daemon(PG_SHELL_CAPTURE_CHANGE_RECORDS=records,
+                         PG_SHELL_METRICS_PORT=str(port)).start()
+    targeted = 0.0
+
+    def scanned_changed() -> float:
+        scans = scrape(f"http://127.0.0.1:{port}/metrics")
+        return value(scans, "pg_shell_capture_scans_total", walk="changed")
+
     for at, change in enumerate(CHANGES):
         if at == len(CHANGES) // 2:  # the rest starts from a restored copy
+            targeted += scanned_changed()
             daemon.stop()
             volumes_dir = daemon.env["PG_SHELL_VOLUMES_DIR"]
             remove_session_volumes(docker_client, volumes_dir)
@@ -200,6 +218,14 @@ def test_every_kind_of_change_is_stored_as_the_container_sees_it(daemon, shell, 
         row = shell.run(f"{change} && {SEEN}")
         assert row["status"] == "done", (change, row["output"])
         assert stored_as_seen(shell, row["id"]) == json.loads(row["output"]), change
+    targeted += scanned_changed()
+    if records == "false":
+        assert targeted == 0
+    else:
+        # The home is walked by the first command after a start (and a
+        # restore), and by those in which a file with two names changed
+        # (ln, and the write through the link).
+        assert targeted == len(CHANGES) - 4
 
 
 def test_upload_is_seen_by_the_next_command_and_history_orders_it(daemon, shell):

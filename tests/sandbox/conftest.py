@@ -131,9 +131,14 @@ class NoFiles:
     max_entries: int | None = None
     expected_bytes = 0
 
-    def __init__(self, known: dict[str, str] | None = None) -> None:
+    def __init__(self, known: dict[str, str] | None = None,
+                 changed: dict[str, Any] | None = None) -> None:
         self.known = known or {}  # what the scan may send as unchanged
+        self.changed = changed  # {"changed": [...], "held": {...}}: only those are scanned
         self.manifests: list[list[Any]] = []
+
+    def scan(self) -> dict[str, Any]:
+        return {"known": self.known, **(self.changed or {})}
 
     def wanted(self, manifest: list[Any], scan: Any) -> list[str]:
         self.manifests.append(list(manifest))

@@ -22,10 +22,25 @@ INDEX_CHILDREN: dict[str, Children] = {
 }
 
 
-def capture(max_entries: int = 100) -> Capture:
+class Record:
+    """What a capture asks of this host's change record (changes.py)."""
+
+    def __init__(self, token: str | None, changed: list[str] | None) -> None:
+        self._token, self._changed = token, changed
+
+    def token(self, _session_id: str) -> str | None:
+        return self._token
+
+    def take(self, _session_id: str, token: str | None) -> list[str] | None:
+        return self._changed if token is not None and token == self._token else None
+
+
+def capture(max_entries: int = 100, record: Record | None = None,
+            watch: str | None = None) -> Capture:
     dirs = {p: Dir.of("t" * 64, 0, c) for p, c in INDEX_CHILDREN.items()}
-    index = Index("r" * 64, dirs, {p: dict(c) for p, c in INDEX_CHILDREN.items()})
-    return Capture(None, index, CaptureLimits(max_entries, 1 << 20, 1 << 20))  # type: ignore[arg-type]
+    index = Index("r" * 64, dirs, {p: dict(c) for p, c in INDEX_CHILDREN.items()}, watch=watch)
+    return Capture(None, index, CaptureLimits(max_entries, 1 << 20, 1 << 20),  # type: ignore[arg-type]
+                   record, "s")  # type: ignore[arg-type]
 
 
 def entry(path: str, kind: str = "file", size: int = 1, inode: int = 99) -> list[Any]:
@@ -35,6 +50,7 @@ def entry(path: str, kind: str = "file", size: int = 1, inode: int = 99) -> list
 
 def test_unchanged_directories_come_from_the_index_and_only_changed_files_are_asked() -> None:
     c = capture()
+    assert c.scan() == {"known": c.known}  # no change record: the whole home is walked
     # The home sent whole: a unchanged entry, top rewritten (new ctime); a and a/b unchanged.
     wanted = c.wanted([[*entry("a", "dir", inode=10)[:5], 1, None],
                        ["top", "file", 0o644, 6, 11, 2, None], ["a"], ["a/b"]], ScanReport())
@@ -80,3 +96,31 @@ def test_a_file_sent_that_was_not_asked_for_fails_the_capture() -> None:
     c.data(b"sneaky")
     c.end(True, None)
     assert c.failure is not None and "not asked for" in c.failure
+
+
+def test_with_a_change_record_only_the_directories_it_names_are_scanned() -> None:
+    c = capture(record=Record("w1", ["a"]), watch="w1")
+    digest = Dir.of("t" * 64, 0, INDEX_CHILDREN["a"]).digest
+    assert c.scan() == {"known": {"a": digest}, "changed": ["a"], "held": {"a/b": [20, 1]}}
+    # a listed: b as the index holds it (so a/b is not scanned), f rewritten.
+    wanted = c.wanted([["a/b", "dir", 0o755, 0, 20, 1, None], entry("a/f", inode=21)],
+                      ScanReport())
+    assert (wanted, c.failure) == (["a/f"], None)
+
+
+def test_a_directory_put_in_the_place_of_another_and_not_listed_is_empty() -> None:
+    c = capture(record=Record("w1", ["a"]), watch="w1")
+    c.scan()
+    # a/b is another directory now (another inode), and the scan sent nothing of it.
+    assert c.wanted([["a/b", "dir", 0o755, 0, 77, 3, None], ["a/f", "file", 0o644, 7, 21, 1,
+                                                                None]], ScanReport()) == []
+    assert c.failure is None
+    assert c._children("a/b") == {}
+
+
+def test_a_record_not_complete_since_the_index_walks_the_whole_home() -> None:
+    for record, watch in ((Record("w2", ["a"]), "w1"), (Record("w1", None), "w1"),
+                          (Record(None, ["a"]), None)):
+        c = capture(record=record, watch=watch)
+        assert "changed" not in c.scan() and c.known == {
+            p: Dir.of("t" * 64, 0, ch).digest for p, ch in INDEX_CHILDREN.items()}

@@ -90,4 +90,5 @@ def test_the_digests_sent_are_bounded_by_their_paths_bytes(monkeypatch) -> None:
     monkeypatch.setattr(capture_module, "KNOWN_BYTES", 100)
     dirs = {f"{i:02d}".ljust(40, "x"): Dir.of("t" * 64, 0, {}) for i in range(5)}
     capture = Capture(None, Index("r" * 64, dirs), CaptureLimits(10, 1, 1))  # type: ignore[arg-type]
+    capture.scan()
     assert len(capture.known) == 1  # 40 + 32 bytes each: one fits in 100

@@ -1,0 +1,213 @@
+"""Which directories of a session's copy changed since its last capture.
+
+A command's capture needs to scan only the directories something was
+done in, not the whole home (DESIGN.md §14). This host learns them from
+the kernel: each session's loop image is marked by a fanotify group of
+its own (fanotify.py) as soon as a container of the session has it
+mounted, before that container can be handed a command. The queue then
+holds every change any process makes on that file system.
+
+A record is trusted only when it is complete since the index it is
+compared with was committed: the index remembers the ``token`` of the
+record that was running when its scan was taken, and a record is only
+used while its token is the one in the index. A token is new whenever a
+record starts (this process started, the session's group was closed or
+its queue overflowed), so an index committed under any other record
+(another executor's, one before a restart) gets a full walk. Between two
+commands the file system is either mounted, and marked, or not mounted at
+all (nothing writes it then); the only writers of a mounted copy that are
+not marked first are restores, whose own scan starts a new index.
+
+A file with another name elsewhere can change under that name without
+an event naming its directory, so a record in which such a file changed
+is not used (a full walk finds it by its ctime).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .fanotify import Events, Group, Unavailable, open_handle
+
+log = logging.getLogger(__name__)
+# Groups held at once (each is a file descriptor and a queue in the
+# kernel; the kernel allows 128 a user): past it, the session whose record
+# was started longest ago loses it, and its next capture walks the home.
+MAX_RECORDS = 64
+# Directories a record names before the capture walks the home instead.
+MAX_DIRECTORIES = 10_000
+
+
+@dataclass
+class _Record:
+    token: str
+    group: Group
+    mountpoint: str
+    events: Events = field(default_factory=Events)
+
+
+class ChangeRecords:
+    """One per executor: the change records of the sessions whose copies
+    this host has mounted."""
+
+    def __init__(self, mountpoint: Callable[[str], str | None],
+                 max_records: int = MAX_RECORDS) -> None:
+        self._mountpoint = mountpoint  # where the engine mounts a session's copy
+        self._max = max_records
+        self._prefix = secrets.token_hex(6)
+        self._serial = 0
+        self._records: OrderedDict[str, _Record] = OrderedDict()
+        self._lock = threading.Lock()
+        self._unavailable = False
+
+    def watch(self, session_id: str) -> None:
+        """A container of the session was started and has its copy mounted,
+        and has not been handed a command: record from here on."""
+        if self._unavailable:
+            return
+        mountpoint = self._mountpoint(session_id)
+        with self._lock:
+            record = self._records.get(session_id)
+            try:
+                if mountpoint is None or not os.path.ismount(mountpoint):
+                    raise Unavailable(0, f"the copy is not mounted at {mountpoint}")
+                if record is None or record.mountpoint != mountpoint:
+                    self._stop(session_id)
+                    self._serial += 1
+                    record = _Record(f"{self._prefix}-{self._serial}", Group(), mountpoint)
+                    self._records[session_id] = record
+                record.group.mark(mountpoint)
+            except Unavailable as exc:
+                self._stop(session_id)
+                if exc.errno in (1, 38):  # EPERM, ENOSYS: never here, so stop trying
+                    self._unavailable = True
+                    log.warning("no change records on this host (%s): every capture walks "
+                                "the whole home", exc)
+                else:
+                    log.info("session_id=%s: no change record: %s", session_id, exc)
+                return
+            self._records.move_to_end(session_id)
+            while len(self._records) > self._max:
+                self._stop(next(iter(self._records)))
+
+    def token(self, session_id: str) -> str | None:
+        """The running record's token (None: none is running)."""
+        with self._lock:
+            record = self._records.get(session_id)
+            return record.token if record is not None else None
+
+    def take(self, session_id: str, token: str | None) -> list[str] | None:
+        """The directories changed since the last ``take`` (home-relative,
+        '' the home), and forgets them; None when the record is not the
+        one ``token`` names or cannot tell (then the capture walks the home)."""
+        with self._lock:
+            record = self._records.get(session_id)
+            if record is None:
+                return None
+            events, record.events = record.events, Events()
+            try:
+                record.group.drain(events)
+            except OSError as exc:
+                log.warning("session_id=%s: change record unreadable: %s", session_id, exc)
+                self._stop(session_id)
+                return None
+            if events.overflowed:
+                # Incomplete from here on: a new record, a new token.
+                log.info("session_id=%s: change record overflowed", session_id)
+                self._stop(session_id)
+                return None
+            if token is None or token != record.token:
+                return None
+            return _directories(record.mountpoint, events)
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._stop(session_id)
+
+    def close(self) -> None:
+        with self._lock:
+            for session_id in list(self._records):
+                self._stop(session_id)
+
+    def _stop(self, session_id: str) -> None:
+        record = self._records.pop(session_id, None)
+        if record is not None:
+            record.group.close()
+
+
+def _directories(mountpoint: str, events: Events) -> list[str] | None:
+    if len(events.directories) + len(events.selves) > MAX_DIRECTORIES:
+        return None
+    try:
+        mount_fd = os.open(mountpoint, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _named(mount_fd, os.path.realpath(mountpoint), events)
+    except OSError as exc:
+        log.warning("change record not read: %s", exc)
+        return None
+    finally:
+        os.close(mount_fd)
+
+
+def _named(mount_fd: int, mountpoint: str, events: Events) -> list[str] | None:
+    # A file with another name: that name's directory saw no event.
+    for handle in events.written | events.unlinked:
+        st = _stat(mount_fd, handle)
+        if st is not None and st.st_nlink > (0 if handle in events.unlinked else 1):
+            return None
+    found: set[str] = set()
+    for handle in events.directories | events.selves:
+        path = _path(mount_fd, mountpoint, handle)
+        if path is False:
+            return None
+        if path is None:
+            continue  # removed since: its parent's event names it
+        found.add(str(path))
+        if handle in events.selves and path:
+            found.add(str(path).rpartition("/")[0])  # its mode is in its parent's listing
+    return sorted(found)
+
+
+def _stat(mount_fd: int, handle: bytes) -> os.stat_result | None:
+    fd = open_handle(mount_fd, handle)
+    if fd is None:
+        return None
+    try:
+        st = os.fstat(fd)
+        return st if stat.S_ISREG(st.st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def _path(mount_fd: int, mountpoint: str, handle: bytes) -> str | None | bool:
+    """A directory's path in the home now; None if it was removed, False if
+    it cannot be named (then the home is walked)."""
+    fd = open_handle(mount_fd, handle)
+    if fd is None:
+        return None
+    try:
+        if os.fstat(fd).st_nlink == 0:
+            return None
+        where = os.readlink(f"/proc/self/fd/{fd}".encode())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    root = os.fsencode(mountpoint)
+    if where == root:
+        return ""
+    if not where.startswith(root + b"/"):
+        return False
+    try:
+        return where[len(root) + 1:].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
