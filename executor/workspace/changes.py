@@ -25,6 +25,7 @@ is not used (a full walk finds it by its ctime).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -86,7 +87,8 @@ class ChangeRecords:
                 record.group.mark(mountpoint)
             except Unavailable as exc:
                 self._stop(session_id)
-                if exc.errno in (1, 38):  # EPERM, ENOSYS: never here, so stop trying
+                # EPERM, EINVAL (a kernel before 5.17), ENOSYS: never here, so stop trying.
+                if exc.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS):
                     self._unavailable = True
                     log.warning("no change records on this host (%s): every capture walks "
                                 "the whole home", exc)

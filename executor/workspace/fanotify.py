@@ -4,7 +4,8 @@ A group marks a whole file system (FAN_MARK_FILESYSTEM: a session's loop
 image) and is told, for every change made on it by anyone, the directory
 the change happened in and the name changed, as file handles
 (FAN_REPORT_DFID_NAME), plus the handle of the object itself
-(FAN_REPORT_FID). The events are generated in the writing system call
+(FAN_REPORT_FID, and FAN_REPORT_TARGET_FID for the object a name was
+created, removed or moved for). The events are generated in the writing system call
 itself, so once the writers are gone, everything they did is in the queue.
 Needs CAP_SYS_ADMIN (and CAP_DAC_READ_SEARCH to open handles): a rootful
 executor's. A queue that overflowed says so: the record is then incomplete.
@@ -26,6 +27,7 @@ _libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
 
 FAN_CLOEXEC, FAN_NONBLOCK = 0x1, 0x2
 FAN_REPORT_FID, FAN_REPORT_DIR_FID, FAN_REPORT_NAME = 0x200, 0x400, 0x800
+FAN_REPORT_TARGET_FID = 0x1000  # Linux 5.17: the object of a create, delete or move too
 FAN_MARK_ADD, FAN_MARK_FILESYSTEM = 0x1, 0x100
 FAN_MODIFY, FAN_ATTRIB, FAN_CLOSE_WRITE = 0x2, 0x4, 0x8
 FAN_MOVED_FROM, FAN_MOVED_TO, FAN_CREATE, FAN_DELETE = 0x40, 0x80, 0x100, 0x200
@@ -66,7 +68,7 @@ class Group:
 
     def __init__(self) -> None:
         flags = (FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID | FAN_REPORT_DIR_FID
-                 | FAN_REPORT_NAME)
+                 | FAN_REPORT_NAME | FAN_REPORT_TARGET_FID)
         fd = _libc.fanotify_init(flags, os.O_RDONLY)
         if fd < 0:
             code = ctypes.get_errno()

@@ -32,6 +32,7 @@ from executor.errors import PgShellError
 
 from .cache import Children, Dir, HostCache, Index
 from .capture import CHUNK_BYTES
+from .tree import EMPTY_TREE
 
 BLOCK = 512
 SHA256_HEADER = "PGSHELL.sha256"  # a file's blob, for the supervisor to check
@@ -59,7 +60,12 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
     if index is not None and index.root == root:
         return index
     listing = store.listing(root)
-    if index is not None and index.root is not None:
+    if index is not None and index.root == EMPTY_TREE:
+        # A new copy: everything is written, nothing deleted (the diff
+        # against nothing would only be the listing again).
+        writes = listing
+        header: dict[str, Any] = {"wipe": False, "delete": []}
+    elif index is not None and index.root is not None:
         changes = store.diff(index.root, root)
         # Everything deleted or replaced goes first; a directory whose mode
         # alone changed stays (its entry in the tar sets the mode).
@@ -67,7 +73,7 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
                   if c["change"] == "deleted"
                   or (c["change"] == "modified" and not c["kind"] == c["old_kind"] == "dir")]
         writes = [c for c in changes if c["change"] != "deleted"]
-        header: dict[str, Any] = {"wipe": False, "delete": delete}
+        header = {"wipe": False, "delete": delete}
     else:
         writes = listing
         header = {"wipe": True, "delete": []}

@@ -60,3 +60,45 @@ def test_a_directory_holding_a_skipped_entry_is_always_sent_whole(run: Any) -> N
     manifest = scan(run, "true", known)
     assert ["c"] not in manifest
     assert {item[0] for item in manifest if len(item) == 7} == {"c/g"}
+
+
+def held_of(manifest: list[list[Any]], directory: str) -> dict[str, list[int]]:
+    """[inode, ctime] of the subdirectories of ``directory``, from a whole manifest."""
+    return {path: [inode, ctime] for path, kind, _mode, _size, inode, ctime, _target in manifest
+            if kind == "dir" and path.rpartition("/")[0] == directory}
+
+
+def targeted(run: Any, command: str, changed: list[str],
+             held: dict[str, list[int]]) -> list[list[Any]]:
+    files = NoFiles(changed={"changed": changed, "held": held})
+    ran = run(command, files=files)
+    assert ran.result.exit_code == 0, ran.output
+    return files.manifests[0]
+
+
+def test_only_the_directories_named_as_changed_are_listed(run: Any) -> None:
+    whole = scan(run, TREE, {})
+    manifest = targeted(run, "echo more >> a/b/f", ["a"], held_of(whole, "a"))
+    # a is listed; a/b is held as it is, so it is not walked; nothing else is.
+    assert sorted(item[0] for item in manifest) == ["a/b"]
+
+
+def test_a_directory_put_in_the_place_of_a_held_one_is_walked_whole(run: Any) -> None:
+    whole = scan(run, TREE, {})
+    manifest = targeted(run, "rm -r a/b && mkdir -p a/b/new && touch a/b/new/x", ["a"],
+                        held_of(whole, "a"))
+    assert sorted(item[0] for item in manifest) == ["a/b", "a/b/new", "a/b/new/x"]
+
+
+def test_a_named_directory_that_is_gone_or_not_a_directory_is_not_listed(run: Any) -> None:
+    scan(run, TREE, {})
+    manifest = targeted(run, "true", ["gone", "link", "c/g"], {})
+    assert manifest == []
+
+
+def test_a_named_directory_below_one_its_owner_cannot_enter_is_listed(run: Any) -> None:
+    scan(run, TREE, {})
+    manifest = targeted(run, "chmod 000 a", ["a/b"], {})
+    assert [item[0] for item in manifest] == ["a/b/f"]
+    # ... and the mode the tenant gave a stays as it was.
+    assert run("stat -c %a a").output.strip() == "0"
