@@ -211,6 +211,7 @@ class Sandbox:
         started = self.containers.start(req.image, req.runtime or self.runtime,
                                         command_labels(req, self.scope), volume, session_id,
                                         command=["restore"])
+        self.on_mounted(session_id)
         raw = started.raw
         try:
             raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error

@@ -70,6 +70,11 @@ class HostFiles:
             # An incremental update that did not add up: rebuild from nothing.
             self._cache.forget(req.session_id)
             index = prepare(store, self._cache, req.session_id, root, restorer)
+        if self._records is not None and not index.stored and index.root is not None:
+            # Restored just now, and the restore's own scan is the index:
+            # the record is complete from here (the restore's writes dropped).
+            self._records.take(req.session_id, None)
+            index.watch = self._records.token(req.session_id)
         self._cache.forget(req.session_id)
         return Capture(store, index, self._limits, self._records, req.session_id)
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import queue
 import tarfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -40,6 +42,7 @@ TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile
 # Small blobs read in one call: at most this many bytes, and blobs.
 BATCH_BYTES = 8 * 1024 * 1024
 BATCH_BLOBS = 1000
+PREFETCH = 8  # pieces of files (at most a chunk each) read ahead of the archive
 
 # (header, tar stream) -> the restore container's conversation
 Restorer = Callable[[dict[str, Any], Iterable[bytes]], Any]
@@ -101,25 +104,38 @@ class TarStream:
         self.failure: str | None = None
 
     def __iter__(self) -> Iterator[bytes]:
+        # The blobs are read ahead, in another thread, while the archive
+        # goes out: the database's time overlaps the container's.
+        pieces = _Ahead(self._pieces(), PREFETCH)
+        try:
+            for e in self._entries:
+                info = tarfile.TarInfo(e["path"])
+                info.type = TAR_TYPES[e["kind"]]
+                info.mode = e["mode"]
+                info.size = e["size"] if e["kind"] == "file" else 0
+                info.linkname = e["target"] or ""
+                if e["kind"] == "file":
+                    info.pax_headers = {SHA256_HEADER: e["object"]}
+                yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
+                if e["kind"] != "file":
+                    continue
+                chunks = iter(pieces.__next__, None)
+                yield from self._checked(e["path"], e["object"], info.size, chunks)
+                if self.failure:
+                    return
+                if info.size % BLOCK:
+                    yield b"\0" * (BLOCK - info.size % BLOCK)
+            yield b"\0" * (2 * BLOCK)
+        finally:
+            pieces.close()
+
+    def _pieces(self) -> Iterator[bytes | None]:
+        """Each file's bytes, chunk by chunk, and None after each file."""
         for at, e in enumerate(self._entries):
-            info = tarfile.TarInfo(e["path"])
-            info.type = TAR_TYPES[e["kind"]]
-            info.mode = e["mode"]
-            info.size = e["size"] if e["kind"] == "file" else 0
-            info.linkname = e["target"] or ""
             if e["kind"] == "file":
-                info.pax_headers = {SHA256_HEADER: e["object"]}
-            yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
-            if e["kind"] != "file":
-                continue
-            chunks = (self._small(at) if info.size <= CHUNK_BYTES
-                      else self._chunks(e["object"]))
-            yield from self._checked(e["path"], e["object"], info.size, chunks)
-            if self.failure:
-                return
-            if info.size % BLOCK:
-                yield b"\0" * (BLOCK - info.size % BLOCK)
-        yield b"\0" * (2 * BLOCK)
+                yield from (self._small(at) if e["size"] <= CHUNK_BYTES
+                            else self._chunks(e["object"]))
+                yield None
 
     def _small(self, at: int) -> list[bytes]:
         """Entry ``at``'s blob, read with the small blobs after it."""
@@ -165,6 +181,46 @@ class TarStream:
                             f"{hasher.hexdigest()} (altered in the database)")
         elif held is not None:
             yield held
+
+
+class _Ahead:
+    """An iterator run ``depth`` items ahead in a thread of its own; its
+    error is raised where the items are taken."""
+
+    def __init__(self, source: Iterator[bytes | None], depth: int) -> None:
+        self._items: queue.Queue[tuple[str, Any]] = queue.Queue(depth)
+        self._closed = threading.Event()
+        threading.Thread(target=self._run, args=(source,), name="restore-read",
+                         daemon=True).start()
+
+    def _run(self, source: Iterator[bytes | None]) -> None:
+        try:
+            for item in source:
+                if not self._put(("item", item)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:  # raised again in the reader's thread
+            self._put(("error", exc))
+
+    def _put(self, entry: tuple[str, Any]) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._items.put(entry, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __next__(self) -> bytes | None:
+        kind, value = self._items.get()
+        if kind == "error":
+            raise value
+        if kind == "end":
+            raise StopIteration
+        return value  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._closed.set()
 
 
 def _index_of(root: str, listing: list[dict[str, Any]], manifest: list[list[Any]]) -> Index:
