@@ -1,10 +1,13 @@
 """After a command: store what it changed, and build the session's new root.
 
-The supervisor walks the home's metadata and reports each directory either
-as unchanged (its entries still hash to the digest the host's index gave
-it) or whole, each entry with its inode and ctime; only files whose inode,
-ctime or size differ from the index are read and sent, so the bytes moved
-and hashed are those the command changed. The trees of directories left
+Once the command ended, the supervisor asks what to scan (``scan``): the
+directories this host's change record names (changes.py), or, without a
+record complete since the index, the whole home. It reports each directory
+it lists either as unchanged (its entries still hash to the digest the
+host's index gave it) or whole, each entry with its inode and ctime; after
+a targeted scan, a directory it did not list is as the index holds it.
+Only files whose inode, ctime or size differ from the index are read and
+sent, so the bytes moved and hashed are those the command changed. The trees of directories left
 unchanged, with nothing changed below them, are taken from the index: the
 executor validates, compares and hashes only the directories that changed
 and those above them; of the others it handles a summary each.

@@ -33,25 +33,25 @@ import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .fanotify import Events, Group, Unavailable, open_handle
 
 log = logging.getLogger(__name__)
 # Groups held at once (each is a file descriptor and a queue in the
-# kernel; the kernel allows 128 a user): past it, the session whose record
-# was started longest ago loses it, and its next capture walks the home.
+# kernel; the kernel allows 128 a user): past it, the session whose copy
+# was mounted least recently loses its own, and its next capture walks
+# the home.
 MAX_RECORDS = 64
 # Directories a record names before the capture walks the home instead.
 MAX_DIRECTORIES = 10_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Record:
     token: str
     group: Group
     mountpoint: str
-    events: Events = field(default_factory=Events)
 
 
 class ChangeRecords:
@@ -113,7 +113,7 @@ class ChangeRecords:
             record = self._records.get(session_id)
             if record is None:
                 return None
-            events, record.events = record.events, Events()
+            events = Events()
             try:
                 record.group.drain(events)
             except OSError as exc:
@@ -128,10 +128,6 @@ class ChangeRecords:
             if token is None or token != record.token:
                 return None
             return _directories(record.mountpoint, events)
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._stop(session_id)
 
     def close(self) -> None:
         with self._lock:
