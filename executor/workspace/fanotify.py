@@ -91,7 +91,10 @@ class Group:
                 return
             if not data:
                 return
-            _parse(data, into)
+            try:
+                _parse(data, into)
+            except (ValueError, struct.error) as exc:  # never from a kernel that keeps its word
+                raise OSError(f"an event that does not parse: {exc}") from exc
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -82,7 +82,10 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
         header = {"wipe": True, "delete": []}
     cache.forget(session_id)  # half-restored is untrusted too
     stream = TarStream(store, writes)
-    conversation = restorer(header, stream)
+    try:
+        conversation = restorer(header, stream)
+    finally:
+        stream.close()  # its reads of the database are over before anything else reads it
     if stream.failure:  # the stream ended short of it; the container's error says less
         raise RestoreFailed(f"restoring session {session_id}: {stream.failure}")
     if not conversation.restored or not conversation.manifest_done:
@@ -101,12 +104,14 @@ class TarStream:
         self._store = store
         self._entries = entries
         self._batch: dict[str, bytes] = {}  # small blobs read ahead
+        self._reading: list[_Ahead] = []
         self.failure: str | None = None
 
     def __iter__(self) -> Iterator[bytes]:
         # The blobs are read ahead, in another thread, while the archive
         # goes out: the database's time overlaps the container's.
         pieces = _Ahead(self._pieces(), PREFETCH)
+        self._reading.append(pieces)
         try:
             for e in self._entries:
                 info = tarfile.TarInfo(e["path"])
@@ -127,6 +132,11 @@ class TarStream:
                     yield b"\0" * (BLOCK - info.size % BLOCK)
             yield b"\0" * (2 * BLOCK)
         finally:
+            pieces.close()
+
+    def close(self) -> None:
+        """Stops reading ahead, and waits for a read under way to end."""
+        for pieces in self._reading:
             pieces.close()
 
     def _pieces(self) -> Iterator[bytes | None]:
@@ -190,8 +200,9 @@ class _Ahead:
     def __init__(self, source: Iterator[bytes | None], depth: int) -> None:
         self._items: queue.Queue[tuple[str, Any]] = queue.Queue(depth)
         self._closed = threading.Event()
-        threading.Thread(target=self._run, args=(source,), name="restore-read",
-                         daemon=True).start()
+        self._thread = threading.Thread(target=self._run, args=(source,), name="restore-read",
+                                        daemon=True)
+        self._thread.start()
 
     def _run(self, source: Iterator[bytes | None]) -> None:
         try:
@@ -212,7 +223,13 @@ class _Ahead:
         return False
 
     def __next__(self) -> bytes | None:
-        kind, value = self._items.get()
+        while True:
+            try:
+                kind, value = self._items.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if self._closed.is_set():  # the restore is over: nobody reads on
+                    raise StopIteration from None
         if kind == "error":
             raise value
         if kind == "end":
@@ -221,6 +238,8 @@ class _Ahead:
 
     def close(self) -> None:
         self._closed.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def _index_of(root: str, listing: list[dict[str, Any]], manifest: list[list[Any]]) -> Index:
