@@ -83,9 +83,9 @@ class Sandbox:
             self.volumes = PlainVolumes(self._client, volume_dir, copies_per_user)
         self.containers = Containers(self._client, limits, shell_root,
                                      self.volumes.seed_from_image, scope)
-        # Called with the session id once a container of the session is
-        # started, before a command is handed to it (its home is mounted).
-        self.on_mounted: Callable[[str], None] = lambda _session_id: None
+        # Called with the session id and the runtime once a container of the
+        # session is started, before a command is handed to it (its home is mounted).
+        self.on_mounted: Callable[[str, str], None] = lambda _session_id, _runtime: None
 
     # -- engine facts --------------------------------------------------------
 
@@ -127,7 +127,7 @@ class Sandbox:
         started = self.containers.start(image, runtime or self.runtime,
                                         warm_labels(session_id, worker_id, self.scope),
                                         volume, session_id)
-        self.on_mounted(session_id)
+        self.on_mounted(session_id, runtime or self.runtime)
         return started
 
     def usable(self, warm: Started) -> bool:
@@ -169,7 +169,7 @@ class Sandbox:
             started = self.containers.start(req.image, req.runtime or self.runtime,
                                             command_labels(req, self.scope), volume,
                                             req.session_id, on_created)
-            self.on_mounted(req.session_id)
+            self.on_mounted(req.session_id, req.runtime or self.runtime)
         else:
             started = warm
             try:
@@ -211,7 +211,7 @@ class Sandbox:
         started = self.containers.start(req.image, req.runtime or self.runtime,
                                         command_labels(req, self.scope), volume, session_id,
                                         command=["restore"])
-        self.on_mounted(session_id)
+        self.on_mounted(session_id, req.runtime or self.runtime)
         raw = started.raw
         try:
             raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error

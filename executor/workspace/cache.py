@@ -133,12 +133,13 @@ class HostCache:
             return None
         try:
             with closing(_open(path)) as db:
+                _add_watch(db)  # an index made before change records
                 row = db.execute("SELECT root, watch FROM copy").fetchone()
                 if row is None or row[0] is None:
                     return None
                 dirs = {p: Dir(t, s, d, b, n) for p, t, s, d, b, n in db.execute(
                     "SELECT path, tree, size, digest, file_bytes, entries FROM dirs")}
-        except sqlite3.Error:  # also an older executor's index, without watch
+        except sqlite3.Error:
             return None
         return Index(row[0], dirs, {}, lambda directories: _children(path, directories),
                      stored=True, watch=row[1])
@@ -196,6 +197,13 @@ def _open(path: Path, create: bool = False) -> sqlite3.Connection:
     if create:
         db.executescript(SCHEMA)
     return db
+
+
+def _add_watch(db: sqlite3.Connection) -> None:
+    columns = {row[1] for row in db.execute("PRAGMA table_info(copy)")}
+    if "watch" not in columns:
+        with db:
+            db.execute("ALTER TABLE copy ADD COLUMN watch TEXT")
 
 
 def _children(path: Path, directories: list[str]) -> dict[str, Children]:

@@ -19,8 +19,10 @@ all (nothing writes it then); the only writers of a mounted copy that are
 not marked first are restores, whose own scan starts a new index.
 
 A file with another name elsewhere can change under that name without
-an event naming its directory, so a record in which such a file changed
-is not used (a full walk finds it by its ctime).
+an event naming its directory: a file written (or re-moded) is listed in
+the directory it is in when the command ended, and a record in which a
+file with several names changed is not used (a full walk finds it by its
+ctime). Only runc's containers are recorded (RECORDED_RUNTIMES).
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ log = logging.getLogger(__name__)
 # was mounted least recently loses its own, and its next capture walks
 # the home.
 MAX_RECORDS = 64
-# Directories a record names before the capture walks the home instead.
+# Directories and files a record names before the capture walks the home instead.
 MAX_DIRECTORIES = 10_000
+# Runtimes whose writes are the tenant's own system calls on the host's file
+# system, so none is missed: gVisor's sentry keeps files open and maps them
+# for the tenant, and may write them back after the command's processes are gone.
+RECORDED_RUNTIMES = frozenset({"runc"})
 
 
 @dataclass(frozen=True)
@@ -68,36 +74,55 @@ class ChangeRecords:
         self._lock = threading.Lock()
         self._unavailable = False
 
-    def watch(self, session_id: str) -> None:
-        """A container of the session was started and has its copy mounted,
-        and has not been handed a command: record from here on."""
+    def watch(self, session_id: str, runtime: str) -> None:
+        """A container of the session was started under ``runtime`` and has
+        its copy mounted, and has not been handed a command: record from
+        here on."""
         if self._unavailable:
             return
         mountpoint = self._mountpoint(session_id)
         with self._lock:
             record = self._records.get(session_id)
-            try:
-                if mountpoint is None or not os.path.ismount(mountpoint):
-                    raise Unavailable(0, f"the copy is not mounted at {mountpoint}")
-                if record is None or record.mountpoint != mountpoint:
-                    self._stop(session_id)
-                    self._serial += 1
-                    record = _Record(f"{self._prefix}-{self._serial}", Group(), mountpoint)
-                    self._records[session_id] = record
-                record.group.mark(mountpoint)
-            except Unavailable as exc:
+            if runtime not in RECORDED_RUNTIMES or mountpoint is None:
                 self._stop(session_id)
-                # EPERM, EINVAL (a kernel before 5.17), ENOSYS: never here, so stop trying.
-                if exc.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS):
-                    self._unavailable = True
-                    log.warning("no change records on this host (%s): every capture walks "
-                                "the whole home", exc)
-                else:
-                    log.info("session_id=%s: no change record: %s", session_id, exc)
-                return
-            self._records.move_to_end(session_id)
-            while len(self._records) > self._max:
-                self._stop(next(iter(self._records)))
+            elif record is None or record.mountpoint != mountpoint:
+                self._start(session_id, mountpoint)
+            else:
+                self._mark(session_id, record)
+
+    def _start(self, session_id: str, mountpoint: str) -> None:
+        self._stop(session_id)
+        try:
+            group = Group()
+        except Unavailable as exc:
+            self._refused(session_id, exc)
+            return
+        self._serial += 1
+        record = _Record(f"{self._prefix}-{self._serial}", group, mountpoint)
+        self._records[session_id] = record
+        self._mark(session_id, record)
+        while len(self._records) > self._max:
+            self._stop(next(iter(self._records)))
+
+    def _mark(self, session_id: str, record: _Record) -> None:
+        try:
+            if not os.path.ismount(record.mountpoint):
+                raise Unavailable(0, f"the copy is not mounted at {record.mountpoint}")
+            record.group.mark(record.mountpoint)
+        except Unavailable as exc:
+            self._stop(session_id)
+            self._refused(session_id, exc)
+            return
+        self._records.move_to_end(session_id)
+
+    def _refused(self, session_id: str, exc: Unavailable) -> None:
+        # EPERM, EINVAL (a kernel before 5.17), ENOSYS: never here, so stop trying.
+        if exc.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS):
+            self._unavailable = True
+            log.warning("no change records on this host (%s): every capture walks the whole "
+                        "home", exc)
+        else:
+            log.info("session_id=%s: no change record: %s", session_id, exc)
 
     def token(self, session_id: str) -> str | None:
         """The running record's token (None: none is running)."""
@@ -121,9 +146,10 @@ class ChangeRecords:
                 self._stop(session_id)
                 return None
             if events.overflowed:
-                # Incomplete from here on: a new record, a new token.
+                # Incomplete: a new record (a new token) from here on, which
+                # the index this capture's walk gives is complete for.
                 log.info("session_id=%s: change record overflowed", session_id)
-                self._stop(session_id)
+                self._start(session_id, record.mountpoint)
                 return None
             if token is None or token != record.token:
                 return None
@@ -141,7 +167,7 @@ class ChangeRecords:
 
 
 def _directories(mountpoint: str, events: Events) -> list[str] | None:
-    if len(events.directories) + len(events.selves) > MAX_DIRECTORIES:
+    if len(events.directories) + len(events.selves) + len(events.written) > MAX_DIRECTORIES:
         return None
     try:
         mount_fd = os.open(mountpoint, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -157,14 +183,9 @@ def _directories(mountpoint: str, events: Events) -> list[str] | None:
 
 
 def _named(mount_fd: int, mountpoint: str, events: Events) -> list[str] | None:
-    # A file with another name: that name's directory saw no event.
-    for handle in events.written | events.unlinked:
-        st = _stat(mount_fd, handle)
-        if st is not None and st.st_nlink > (0 if handle in events.unlinked else 1):
-            return None
     found: set[str] = set()
     for handle in events.directories | events.selves:
-        path = _path(mount_fd, mountpoint, handle)
+        path = _path(mount_fd, mountpoint, handle, directory=True)
         if path is False:
             return None
         if path is None:
@@ -172,29 +193,32 @@ def _named(mount_fd: int, mountpoint: str, events: Events) -> list[str] | None:
         found.add(str(path))
         if handle in events.selves and path:
             found.add(str(path).rpartition("/")[0])  # its mode is in its parent's listing
+    # A file written under one name is listed where it is now: it may have
+    # lost that name since (to a rename over it, say) and kept another,
+    # whose directory saw no event. One with several names: walk the home.
+    for handle in events.written:
+        path = _path(mount_fd, mountpoint, handle, directory=False)
+        if path is False:
+            return None
+        if path is not None:
+            found.add(str(path).rpartition("/")[0])
     return sorted(found)
 
 
-def _stat(mount_fd: int, handle: bytes) -> os.stat_result | None:
+def _path(mount_fd: int, mountpoint: str, handle: bytes,
+          directory: bool) -> str | None | bool:
+    """A directory's path in the home now, or a file's with one name; None
+    if it was removed (or is not of that kind), False if it cannot be named
+    (then the home is walked)."""
     fd = open_handle(mount_fd, handle)
     if fd is None:
         return None
     try:
         st = os.fstat(fd)
-        return st if stat.S_ISREG(st.st_mode) else None
-    finally:
-        os.close(fd)
-
-
-def _path(mount_fd: int, mountpoint: str, handle: bytes) -> str | None | bool:
-    """A directory's path in the home now; None if it was removed, False if
-    it cannot be named (then the home is walked)."""
-    fd = open_handle(mount_fd, handle)
-    if fd is None:
-        return None
-    try:
-        if os.fstat(fd).st_nlink == 0:
+        if st.st_nlink == 0 or stat.S_ISDIR(st.st_mode) != directory:
             return None
+        if not directory and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
+            return None if not stat.S_ISREG(st.st_mode) else False
         where = os.readlink(f"/proc/self/fd/{fd}".encode())
     except OSError:
         return False

@@ -36,14 +36,14 @@ FAN_Q_OVERFLOW, FAN_ONDIR = 0x4000, 0x40000000
 # (created, deleted, moved), their bytes, sizes and modes.
 CHANGES = (FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_MOVED_FROM | FAN_MOVED_TO
            | FAN_CREATE | FAN_DELETE | FAN_ONDIR)
-# What changes a file's bytes or mode (a DELETE matters to a file with
-# another name: its bytes may have changed under that one).
+# What changes a file's bytes or mode, or its count of names.
 CONTENT = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE
 INFO_FID, INFO_DFID_NAME = 1, 2
 METADATA = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
 INFO = struct.Struct("=BBH")  # info_type, pad, len
 HANDLE = struct.Struct("=Ii")  # struct file_handle: handle_bytes, handle_type
 FSID_BYTES = 8
+MAX_HANDLE_BYTES = 128  # MAX_HANDLE_SZ
 READ_BYTES = 256 * 1024
 
 
@@ -59,8 +59,7 @@ class Events:
     overflowed: bool = False
     directories: set[bytes] = field(default_factory=set)
     selves: set[bytes] = field(default_factory=set)  # directories changed themselves (name ".")
-    written: set[bytes] = field(default_factory=set)  # files written or re-moded
-    unlinked: set[bytes] = field(default_factory=set)  # files a name of which was removed
+    written: set[bytes] = field(default_factory=set)  # files written, re-moded or re-linked
 
 
 class Group:
@@ -120,6 +119,8 @@ def _parse(data: bytes, into: Events) -> None:
                 break
             handle_at = info + INFO.size + FSID_BYTES
             size, _type = HANDLE.unpack_from(data, handle_at)
+            if size > MAX_HANDLE_BYTES or handle_at + HANDLE.size + size > info + info_len:
+                raise ValueError(f"a file handle of {size} bytes")
             handle = data[handle_at:handle_at + HANDLE.size + size]
             if kind == INFO_DFID_NAME:
                 end = data.index(b"\0", handle_at + len(handle), info + info_len)
@@ -132,11 +133,8 @@ def _parse(data: bytes, into: Events) -> None:
                 into.selves.add(parent)
             else:
                 into.directories.add(parent)
-        if obj is not None and not mask & FAN_ONDIR:
-            if mask & CONTENT:
-                into.written.add(obj)
-            if mask & FAN_DELETE:
-                into.unlinked.add(obj)
+        if obj is not None and not mask & FAN_ONDIR and mask & CONTENT:
+            into.written.add(obj)
         at += length
 
 

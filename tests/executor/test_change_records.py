@@ -39,7 +39,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def records(home: Path) -> Iterator[ChangeRecords]:
     made = ChangeRecords(lambda _session_id: str(home))
-    made.watch(SESSION)
+    made.watch(SESSION, "runc")
     assert made.token(SESSION) is not None, "no change record on this host"
     made.take(SESSION, made.token(SESSION))  # from here on
     yield made
@@ -70,25 +70,29 @@ def test_a_mode_changed_names_the_directory_that_lists_it(home, records) -> None
     assert records.take(SESSION, token) == ["a/b"]
 
 
-def test_a_file_written_under_another_name_makes_the_home_walked(home, records) -> None:
+def test_a_file_with_two_names_changed_makes_the_home_walked(home, records) -> None:
     token = records.token(SESSION)
     in_shell(home, "ln a/b/f c/link")
-    assert records.take(SESSION, token) is None  # its count of links changed
+    assert records.take(SESSION, token) is None  # its count of names changed
     in_shell(home, "echo more >> c/link")  # a/b/f changed too, and a/b saw no event
     assert records.take(SESSION, token) is None
-    in_shell(home, "rm c/link")  # a name removed from a file that keeps another
-    assert records.take(SESSION, token) is None
+    in_shell(home, "rm c/link")  # one name again: listed where it is
+    assert records.take(SESSION, token) == ["a/b", "c"]
     in_shell(home, "echo again >> a/b/f")
     assert records.take(SESSION, token) == ["a/b"]
 
 
-def test_a_written_file_whose_other_name_was_removed_makes_the_home_walked(home,
-                                                                          records) -> None:
+def test_a_file_written_under_a_name_it_lost_is_listed_where_it_is(home, records) -> None:
     token = records.token(SESSION)
-    in_shell(home, "ln a/b/f c/link")
+    in_shell(home, "ln a/b/f c/link && echo other > c/tmp")
     records.take(SESSION, token)
-    in_shell(home, "echo more >> c/link && rm c/link")  # a/b/f changed, a/b saw nothing
-    assert records.take(SESSION, token) is None
+    # Written as c/link, which then names another file: a/b/f changed, and
+    # a/b saw no event; removing the name is no better.
+    for lose in ("mv c/tmp c/link", "rm c/link"):
+        in_shell(home, f"echo more >> c/link && {lose}")
+        assert "a/b" in (records.take(SESSION, token) or ()), lose
+        in_shell(home, "ln -f a/b/f c/link && echo other > c/tmp")
+        records.take(SESSION, token)
 
 
 def test_a_record_that_is_not_the_index_s_names_nothing(home, records) -> None:
@@ -106,13 +110,21 @@ def test_an_overflowed_record_is_dropped_and_a_new_one_has_another_token(home,
     limit = int(Path("/proc/sys/fs/fanotify/max_queued_events").read_text())
     in_shell(home, f"mkdir many && cd many && seq 1 {limit + 100} | xargs touch")
     assert records.take(SESSION, token) is None
-    assert records.token(SESSION) is None
-    records.watch(SESSION)
+    # A new record from here on, whose token the index of this capture keeps.
     assert records.token(SESSION) not in (None, token)
+    in_shell(home, "touch c/x")
+    assert records.take(SESSION, records.token(SESSION)) == ["c"]
+
+
+def test_a_container_under_another_runtime_stops_the_record(home, records) -> None:
+    records.watch(SESSION, "runsc")
+    assert records.token(SESSION) is None
+    records.watch(SESSION, "runc")
+    assert records.token(SESSION) is not None
 
 
 def test_a_copy_that_is_not_mounted_gets_no_record(tmp_path) -> None:
     records = ChangeRecords(lambda _session_id: str(tmp_path))  # a plain directory
-    records.watch(SESSION)
+    records.watch(SESSION, "runc")
     assert records.token(SESSION) is None
     assert records.take(SESSION, None) is None

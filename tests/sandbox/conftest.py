@@ -136,12 +136,14 @@ class NoFiles:
         self.known = known or {}  # what the scan may send as unchanged
         self.changed = changed  # {"changed": [...], "held": {...}}: only those are scanned
         self.manifests: list[list[Any]] = []
+        self.reports: list[Any] = []  # each scan's ScanReport
 
     def scan(self) -> dict[str, Any]:
         return {"known": self.known, **(self.changed or {})}
 
     def wanted(self, manifest: list[Any], scan: Any) -> list[str]:
         self.manifests.append(list(manifest))
+        self.reports.append(scan)
         return []
 
     def begin(self, path: str) -> None: ...

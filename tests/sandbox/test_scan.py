@@ -102,3 +102,14 @@ def test_a_named_directory_below_one_its_owner_cannot_enter_is_listed(run: Any) 
     assert [item[0] for item in manifest] == ["a/b/f"]
     # ... and the mode the tenant gave a stays as it was.
     assert run("stat -c %a a").output.strip() == "0"
+
+
+def test_a_named_directory_that_cannot_be_looked_at_fails_the_scan(run: Any) -> None:
+    # 17 names of 240 bytes: a path of 4,096 bytes, one past what lstat takes.
+    name = "x" * 240
+    deep = "/".join([name] * 17)
+    files = NoFiles(changed={"changed": [deep], "held": {}})
+    ran = run(f"for i in $(seq 17); do mkdir {name} && cd {name}; done", files=files)
+    assert ran.result.exit_code == 0, ran.output
+    failed = files.reports[0].failed
+    assert failed is not None and failed[0] == deep and "cannot list" in failed[1]

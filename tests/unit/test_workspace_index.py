@@ -5,6 +5,7 @@ index that cannot be written is removed, never left partial."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,16 @@ def test_the_digests_sent_are_bounded_by_their_paths_bytes(monkeypatch) -> None:
     capture = Capture(None, Index("r" * 64, dirs), CaptureLimits(10, 1, 1))  # type: ignore[arg-type]
     capture.scan()
     assert len(capture.known) == 1  # 40 + 32 bytes each: one fits in 100
+
+
+def test_an_index_from_before_change_records_is_kept_and_then_records_its_watch(
+        tmp_path: Path) -> None:
+    cache = saved(tmp_path)
+    with sqlite3.connect(cache.path("s1")) as db:  # the older schema: copy (root) alone
+        db.executescript("CREATE TABLE old AS SELECT root FROM copy; DROP TABLE copy;"
+                         " ALTER TABLE old RENAME TO copy;")
+    index = cache.load("s1")
+    assert index is not None and index.root == "r" * 64 and index.watch is None
+    index.watch = "w-1"
+    cache.save("s1", index, ["a"], [])
+    assert (cache.load("s1") or Index(None)).watch == "w-1"
