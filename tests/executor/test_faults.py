@@ -40,11 +40,14 @@ HANG = 120  # seconds: a bound that only proves "it did not hang"
 # -- helpers ------------------------------------------------------------------------
 
 
-def containers(docker_client: Any, container_id: str) -> list[Any]:
+def containers(docker_client: Any, container_id: str) -> list[dict[str, Any]]:
     """The command's container (the id its row records: a warm container
     learns its command over stdin and carries no command label), if it is
-    still there."""
-    return docker_client.containers.list(all=True, filters={"id": container_id})
+    still there: the engine's list alone (the SDK's list then inspects each
+    one, which fails when the reaper removes it in between)."""
+    listed: list[dict[str, Any]] = docker_client.api.containers(all=True,
+                                                                filters={"id": container_id})
+    return listed
 
 
 def run_cli(env: dict[str, str], timeout: float = HANG) -> subprocess.CompletedProcess[str]:
@@ -332,7 +335,7 @@ def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, 
     cluster.stop("fast")
     # The command finishes while the database is down; its result waits.
     wait_for("container exited during the outage", lambda: any(
-        c.status == "exited" for c in containers(docker_client, container_id)))
+        c["State"] == "exited" for c in containers(docker_client, container_id)))
     time.sleep(2)
     assert daemon.proc.poll() is None
     cluster.start()
