@@ -10,8 +10,9 @@ same hardening flags, measured side by side in one run:
   hot session vs the same `docker run --rm`: the runtime's cost per process;
 * dispatch latency (submitted_at → claimed_at, the database's own clock)
   with an idle executor, p50 (target <= 5 ms);
-* throughput: 50 sessions x 10 commands at concurrency 4 vs 4 parallel
-  `docker run --rm` loops doing the same 500 runs (target ratio >= 0.9);
+* throughput: 50 sessions (of 10 users) x 10 commands at concurrency 4 vs 4
+  parallel `docker run --rm` loops doing the same 500 runs (target ratio
+  >= 1.0);
 * the executor's resident memory (VmRSS of it and its children) at
   concurrency 8 while busy (target <= 80 MB), and the warm containers'
   cost on the engine's side (their memory, and the engine CPU spent on
@@ -259,26 +260,30 @@ def cold_latency(tenant: Tenant, image: str, runs: int) -> None:
          target="<= 1.0")
 
 
-def throughput(daemon: Daemon, tenant: Tenant, image: str, sessions: int, per_session: int,
-               concurrency: int) -> list[str]:
+def throughput(daemon: Daemon, tenants: list[Tenant], image: str, sessions: int,
+               per_session: int, concurrency: int) -> None:
     total = sessions * per_session
-    log(f"throughput: {sessions} sessions x {per_session} commands at concurrency {concurrency}")
-    ids = [tenant.session() for _ in range(sessions)]
+    log(f"throughput: {sessions} sessions of {len(tenants)} users x {per_session} commands "
+        f"at concurrency {concurrency}")
+    ids = [(tenants[i % len(tenants)], tenants[i % len(tenants)].session())
+           for i in range(sessions)]
     # Each session's first command makes its volume (a one-off per session);
     # do that first so both sides measure the steady state.
-    warm = [tenant.submit(s, "true") for s in ids]
-    for cid in warm:
+    for tenant, cid in [(tenant, tenant.submit(s, "true")) for tenant, s in ids]:
         tenant.wait(cid, timeout=300)
 
     cpu0, engine0, wasted0 = daemon.cpu_s(), engine_cpu_s(), wasted_warm(daemon)
     t0 = time.perf_counter()
-    submitted = [tenant.submit(s, "echo hi") for _ in range(per_session) for s in ids]
-    while tenant.unfinished(submitted):
+    submitted: dict[Tenant, list[int]] = {tenant: [] for tenant in tenants}
+    for _ in range(per_session):
+        for tenant, s in ids:
+            submitted[tenant].append(tenant.submit(s, "echo hi"))
+    while any(tenant.unfinished(cids) for tenant, cids in submitted.items()):
         time.sleep(0.005)
     ours_s = time.perf_counter() - t0
     cpu_ms = (daemon.cpu_s() - cpu0) * 1000 / total
     wasted = wasted_warm(daemon) - wasted0
-    rows = tenant.rows(submitted)
+    rows = [row for tenant, cids in submitted.items() for row in tenant.rows(cids)]
     failed = [r for r in rows if r["status"] != "done" or r["output"] != "hi\n"]
     if failed:
         raise RuntimeError(f"{len(failed)} commands did not print hi: {failed[:2]}")
@@ -296,7 +301,7 @@ def throughput(daemon: Daemon, tenant: Tenant, image: str, sessions: int, per_se
 
     ours_rate, ref_rate = total / ours_s, total / ref_s
     emit("throughput", ours_rate, "commands/s", side="ours", commands=total, sessions=sessions,
-         concurrency=concurrency)
+         users=len(tenants), concurrency=concurrency)
     emit("throughput", ref_rate, "commands/s", side="reference", commands=total,
          concurrency=concurrency)
     emit("throughput_ratio", ours_rate / ref_rate, "ratio", ours_over="reference", target=">= 1.0")
@@ -308,7 +313,6 @@ def throughput(daemon: Daemon, tenant: Tenant, image: str, sessions: int, per_se
     emit("warm_wasted_per_100_commands", wasted * 100 / total, "containers", side="ours")
     emit("warm_wasted_cpu_per_100_commands", wasted * 100 / total * engine_per_container_ms, "ms",
          side="ours", note="wasted warm starts x the engine CPU of one container start")
-    return ids
 
 
 def memory(daemon: Daemon, tenant: Tenant, concurrency: int) -> None:
@@ -380,6 +384,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30, help="latency runs per side (default 30)")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--per-session", type=int, default=10)
+    parser.add_argument("--sessions-per-user", type=int, default=5,
+                        help="throughput's sessions are spread over users, this many each "
+                             "(default 5: a host keeps at most PG_SHELL_VOLUMES_PER_USER=8 idle "
+                             "copies of one user's sessions, and one user's 50 sessions would "
+                             "measure that bound's evictions)")
     parser.add_argument("--runtime", default="runc",
                         help="the container runtime of both sides: runc or runsc (default runc)")
     parser.add_argument("--template", metavar="NAME",
@@ -416,7 +425,11 @@ def main() -> int:
             latency(user, image, args.runs)
             cold_latency(user, image, args.runs)
             process_heavy(user, image, max(3, args.runs // 3))
-            throughput(daemon, user, image, args.sessions, args.per_session, concurrency=4)
+            users = [user] + [
+                Tenant(dsn, create_user(dsn, f"bench{n}", secrets.token_hex(8), sessions=1000,
+                                        running=64, queued=100000), args.template)
+                for n in range(1, -(-args.sessions // args.sessions_per_user))]
+            throughput(daemon, users, image, args.sessions, args.per_session, concurrency=4)
             daemon.stop()
 
             daemon = start_daemon(env, log_path, concurrency=8)

@@ -34,10 +34,11 @@ class WorkspaceStore:
         stored is left out. For small blobs: the caller bounds the bytes."""
         rows = self._db.call("SELECT sha256, data FROM shell.blob_chunks_of(%s::text[])",
                              (digests,))
-        found: dict[str, bytearray] = {}
-        for row in rows:
-            found.setdefault(row["sha256"], bytearray()).extend(row["data"])
-        return {digest: bytes(data) for digest, data in found.items()}
+        found: dict[str, bytes] = {}
+        for row in rows:  # chunks in order; a small blob is one
+            digest, data = row["sha256"], bytes(row["data"])
+            found[digest] = found[digest] + data if digest in found else data
+        return found
 
     def put_trees(self, trees: list[list[dict[str, Any]]]) -> list[str]:
         """Stores trees (children first); returns the hashes the database computed."""

@@ -49,6 +49,10 @@ UNFINISHED_WORDS = {"timeout": "timed out", "idle": "ended for being idle",
                     "cancelled": "cancelled"}
 
 RESTORE_TIMEOUT_S = 600
+# A restore's archive goes out in writes of about this size: its headers
+# and small files one by one would cost a system call (and a wake-up of the
+# engine's copy) each.
+RESTORE_WRITE_BYTES = 256 * 1024
 
 OnStarted = Callable[[str], None]
 OnOutput = Callable[[str], None]
@@ -146,6 +150,18 @@ class Sandbox:
 
     # -- one command -----------------------------------------------------------
 
+    def start(self, req: RunRequest,
+              on_created: OnStarted = lambda _container_id: None) -> Started:
+        """A container of ``req``'s own, started and waiting for its
+        command (``run`` takes it as ``warm``). ``on_created`` runs before
+        the start."""
+        volume = self.volumes.volume_for(req.session_id, req.image)
+        started = self.containers.start(req.image, req.runtime or self.runtime,
+                                        command_labels(req, self.scope), volume,
+                                        req.session_id, on_created)
+        self.on_mounted(req.session_id, req.runtime or self.runtime)
+        return started
+
     def run(
         self,
         req: RunRequest,
@@ -160,16 +176,13 @@ class Sandbox:
         """``on_created`` runs after the container exists and before the
         command can run in it (the caller records that it may run);
         ``on_started`` once it runs, before the command is sent. ``warm``: a
-        container of ``warm()`` for this session, used instead of a new one.
+        container of ``warm()`` for this session, or of ``start(req)``, used
+        instead of a new one.
         With ``files``, the supervisor reports the home's manifest after the
         command and sends the files ``files.wanted`` asks for. ``feed``
         gives the input of a command with ``req.interaction``."""
         if warm is None:
-            volume = self.volumes.volume_for(req.session_id, req.image)
-            started = self.containers.start(req.image, req.runtime or self.runtime,
-                                            command_labels(req, self.scope), volume,
-                                            req.session_id, on_created)
-            self.on_mounted(req.session_id, req.runtime or self.runtime)
+            started = self.start(req, on_created)
         else:
             started = warm
             try:
@@ -220,8 +233,13 @@ class Sandbox:
             def send() -> None:
                 try:
                     raw.sendall(json_frame(b"R", header))
+                    pending = bytearray()
                     for chunk in tar:
-                        raw.sendall(chunk)
+                        pending += chunk
+                        if len(pending) >= RESTORE_WRITE_BYTES:
+                            raw.sendall(pending)
+                            pending.clear()
+                    raw.sendall(pending)
                     raw.shutdown(socket.SHUT_WR)
                 except OSError:
                     pass  # the container died first; the conversation says why

@@ -120,7 +120,7 @@ class PlainVolumes:
                 except docker.errors.NotFound:
                     exists = False
             if not exists:
-                _make_room(self, self._copies, session_id, self._per_user)
+                _make_room(self, self._copies, session_id, self._per_user, self._client)
                 with engine_errors(f"cannot create volume {name}", refused=VolumeError):
                     self._client.volumes.create(name, driver="local",
                                                 labels={SESSION_LABEL: session_id})
@@ -266,7 +266,7 @@ class LoopVolumes:
         if image.exists():
             return image, False
         check_floor(self.state_dir, self._floor)
-        _make_room(self, self._copies, session_id, self._per_user)
+        _make_room(self, self._copies, session_id, self._per_user, self._client)
         if not self._spare.take(image):
             make_blank(image, self._size)
         _mark_owned(self.state_dir, session_id)
@@ -318,7 +318,8 @@ def _remove_unused(volumes: _Copies, copies: HostCopies, session_id: str) -> Non
         volumes.remove_locked(session_id)
 
 
-def _make_room(volumes: _Copies, copies: HostCopies, session_id: str, per_user: int) -> None:
+def _make_room(volumes: _Copies, copies: HostCopies, session_id: str, per_user: int,
+               client: docker.DockerClient) -> None:
     """Under the host-wide lock, before a copy of ``session_id`` is made:
     removes its owner's least recently used copies that nobody uses until
     the new one is within ``per_user`` (0: no bound). Safe: a counted copy's
@@ -331,9 +332,16 @@ def _make_room(volumes: _Copies, copies: HostCopies, session_id: str, per_user: 
         return
     others = copies.least_recent_first(owner, [s for s in volumes.sessions() if s != session_id])
     excess = len(others) + 1 - per_user
+    if excess <= 0:
+        return
+    # A copy a container holds (a warm one waits on it) cannot go: the
+    # engine would refuse, one call each.
+    held = _held_by_containers(client)
     for other in others:
         if excess <= 0:
             return
+        if other in held:
+            continue
         with copies.unused(other) as unused:
             if not unused:
                 continue
@@ -345,6 +353,13 @@ def _make_room(volumes: _Copies, copies: HostCopies, session_id: str, per_user: 
         log.info("session_id=%s: copy evicted for session_id=%s of the same user "
                  "(at most %d a user on this host)", other, session_id, per_user)
         excess -= 1
+
+
+def _held_by_containers(client: docker.DockerClient) -> set[str]:
+    """Sessions whose volume a container of the engine (running or not) holds."""
+    with engine_errors("cannot list containers", refused=VolumeError):
+        listed = client.api.containers(all=True, filters={"label": SESSION_LABEL})
+    return {str((c.get("Labels") or {}).get(SESSION_LABEL)) for c in listed}
 
 
 def _mark_owned(state_dir: Path, session_id: str) -> None:

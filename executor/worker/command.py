@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import tenacity
@@ -33,6 +34,7 @@ from executor.sandbox import (
     RunResult,
     Sandbox,
     SandboxError,
+    Started,
 )
 from executor.secrets.handed import SecretsUnavailable, open_secrets
 from executor.secrets.key import SecretsKey
@@ -107,6 +109,8 @@ class CommandLife:
         self._runtimes = runtimes  # those the engine had at start-up
         self._secrets_key = secrets_key  # None: commands that need secrets fail here
         self._terminal_db = terminal_db  # a connection for a command's input
+        # Starts a command's own container while its files are brought here.
+        self._starts = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="start")
 
     def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
         cmd = run.claimed
@@ -199,9 +203,19 @@ class CommandLife:
 
         def attempt() -> tuple[Capture, RunResult]:
             started = warm.pop() if warm else None
+            # Without a warm one, the command's container starts while the
+            # files are restored: it waits for its command, and it keeps the
+            # volume mounted when the restore's container exits (that
+            # unmount would write the restored files out first).
+            beside = None if started is not None else self._starts.submit(
+                self._sandbox.start, request)
             try:
                 capture = self._files.prepare(store, request, run.claimed.root)
+                if beside is not None:
+                    started = beside.result()
             except BaseException:
+                if started is None and beside is not None:
+                    started = _result_or_none(beside)
                 if started is not None:
                     self._sandbox.discard(started)
                 raise
@@ -296,3 +310,11 @@ class CommandLife:
         db.complete(run.claimed, self._worker_id, sign)
         metrics.command_completed(run.claimed.user_id, outcome.status, outcome.reason,
                                   outcome.duration_ms)
+
+
+def _result_or_none(future: Future[Started]) -> Started | None:
+    """The container a start made, once it ended; None if it failed."""
+    try:
+        return future.result()
+    except Exception:  # the error that ends the command is another
+        return None

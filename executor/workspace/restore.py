@@ -13,14 +13,16 @@ stream needs them; a larger one a chunk at a time.
 
 Each blob is checked against its SHA-256 and size as it is read: its last
 chunk is sent only once they match, so a blob altered in the database ends
-the stream short of it and the restore fails with the reason. The file's
-header carries the SHA-256 too (PAX PGSHELL.sha256): the supervisor writes
-the bytes under a name of its own and puts them in place only when they
-match, so a file is never left holding altered bytes.
+the stream short of it and the restore fails with the reason. The
+supervisor is sent the SHA-256s too (the header's "sha256", one for each
+file of the archive, in its order): it writes the bytes under a name of its
+own and puts them in place only when they match, so a file is never left
+holding altered bytes.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import queue
@@ -37,12 +39,13 @@ from .capture import CHUNK_BYTES
 from .tree import EMPTY_TREE
 
 BLOCK = 512
-SHA256_HEADER = "PGSHELL.sha256"  # a file's blob, for the supervisor to check
 TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}
 # Small blobs read in one call: at most this many bytes, and blobs.
 BATCH_BYTES = 8 * 1024 * 1024
 BATCH_BLOBS = 1000
-PREFETCH = 8  # pieces of files (at most a chunk each) read ahead of the archive
+# Reads of the database (each a batch of small blobs or a chunk, at most
+# BATCH_BYTES or CHUNK_BYTES) done ahead of the archive.
+PREFETCH = 2
 
 # (header, tar stream) -> the restore container's conversation
 Restorer = Callable[[dict[str, Any], Iterable[bytes]], Any]
@@ -80,6 +83,8 @@ def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str 
     else:
         writes = listing
         header = {"wipe": True, "delete": []}
+    # Each file's blob, in the archive's order, for the supervisor to check.
+    header["sha256"] = [e["object"] for e in writes if e["kind"] == "file"]
     cache.forget(session_id)  # half-restored is untrusted too
     stream = TarStream(store, writes)
     try:
@@ -119,8 +124,6 @@ class TarStream:
                 info.mode = e["mode"]
                 info.size = e["size"] if e["kind"] == "file" else 0
                 info.linkname = e["target"] or ""
-                if e["kind"] == "file":
-                    info.pax_headers = {SHA256_HEADER: e["object"]}
                 yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
                 if e["kind"] != "file":
                     continue
@@ -139,30 +142,45 @@ class TarStream:
         for pieces in self._reading:
             pieces.close()
 
-    def _pieces(self) -> Iterator[bytes | None]:
-        """Each file's bytes, chunk by chunk, and None after each file."""
+    def _pieces(self) -> Iterator[list[bytes | None]]:
+        """Each file's bytes, chunk by chunk, and None after each file, in
+        lists: one for each read of the database (a batch of small blobs, or
+        one chunk of a large one), so the thread that reads ahead hands over
+        a few lists rather than two items a file."""
+        ready: list[bytes | None] = []
         for at, e in enumerate(self._entries):
-            if e["kind"] == "file":
-                yield from (self._small(at) if e["size"] <= CHUNK_BYTES
-                            else self._chunks(e["object"]))
-                yield None
+            if e["kind"] != "file":
+                continue
+            if e["size"] <= CHUNK_BYTES:
+                if e["object"] not in self._batch:
+                    if ready:
+                        yield ready
+                        ready = []
+                    self._batch = self._store.blobs(self._batch_from(at))
+                data = self._batch.get(e["object"])
+                ready.extend((None,) if data is None else (data, None))
+                continue
+            if ready:
+                yield ready
+                ready = []
+            for chunk in self._chunks(e["object"]):
+                yield [chunk]
+            ready.append(None)
+        if ready:
+            yield ready
 
-    def _small(self, at: int) -> list[bytes]:
-        """Entry ``at``'s blob, read with the small blobs after it."""
-        digest = self._entries[at]["object"]
-        if digest not in self._batch:
-            wanted: dict[str, None] = {}
-            size = 0
-            for e in itertools.islice(self._entries, at, None):
-                if e["kind"] != "file" or e["size"] > CHUNK_BYTES or e["object"] in wanted:
-                    continue
-                if wanted and (size + e["size"] > BATCH_BYTES or len(wanted) == BATCH_BLOBS):
-                    break
-                wanted[e["object"]] = None
-                size += e["size"]
-            self._batch = self._store.blobs(list(wanted))
-        data = self._batch.get(digest)
-        return [] if data is None else [data]
+    def _batch_from(self, at: int) -> list[str]:
+        """The small blobs to read at once from entry ``at`` on."""
+        wanted: dict[str, None] = {}
+        size = 0
+        for e in itertools.islice(self._entries, at, None):
+            if e["kind"] != "file" or e["size"] > CHUNK_BYTES or e["object"] in wanted:
+                continue
+            if wanted and (size + e["size"] > BATCH_BYTES or len(wanted) == BATCH_BLOBS):
+                break
+            wanted[e["object"]] = None
+            size += e["size"]
+        return list(wanted)
 
     def _chunks(self, digest: str) -> Iterator[bytes]:
         for seq in itertools.count():
@@ -194,20 +212,21 @@ class TarStream:
 
 
 class _Ahead:
-    """An iterator run ``depth`` items ahead in a thread of its own; its
-    error is raised where the items are taken."""
+    """The items of an iterator of lists, read ``depth`` lists ahead in a
+    thread of its own; its error is raised where the items are taken."""
 
-    def __init__(self, source: Iterator[bytes | None], depth: int) -> None:
+    def __init__(self, source: Iterator[list[bytes | None]], depth: int) -> None:
         self._items: queue.Queue[tuple[str, Any]] = queue.Queue(depth)
+        self._taken: collections.deque[bytes | None] = collections.deque()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(source,), name="restore-read",
                                         daemon=True)
         self._thread.start()
 
-    def _run(self, source: Iterator[bytes | None]) -> None:
+    def _run(self, source: Iterator[list[bytes | None]]) -> None:
         try:
-            for item in source:
-                if not self._put(("item", item)):
+            for items in source:
+                if not self._put(("items", items)):
                     return
             self._put(("end", None))
         except BaseException as exc:  # raised again in the reader's thread
@@ -223,18 +242,19 @@ class _Ahead:
         return False
 
     def __next__(self) -> bytes | None:
-        while True:
+        while not self._taken:
             try:
                 kind, value = self._items.get(timeout=0.2)
-                break
             except queue.Empty:
                 if self._closed.is_set():  # the restore is over: nobody reads on
                     raise StopIteration from None
-        if kind == "error":
-            raise value
-        if kind == "end":
-            raise StopIteration
-        return value  # type: ignore[no-any-return]
+                continue
+            if kind == "error":
+                raise value
+            if kind == "end":
+                raise StopIteration
+            self._taken.extend(value)
+        return self._taken.popleft()
 
     def close(self) -> None:
         self._closed.set()

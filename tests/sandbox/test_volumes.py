@@ -15,6 +15,7 @@ import pytest
 from executor.sandbox import VolumeError
 from executor.sandbox.blank_images import SPARE_NAME
 from tests.conftest import require
+from tests.sandbox.conftest import PREFIX
 
 QUOTA = 64 * 1024 * 1024
 
@@ -159,3 +160,26 @@ def test_a_copy_in_use_is_never_evicted_nor_removed(make_sandbox, run, session_i
     with volumes.hold(other, "user-2"):  # another user's copies are not counted
         assert run("true", box=box, session=other).result.exit_code == 0
     assert volumes.image_path(third).exists() and volumes.image_path(other).exists()
+
+
+@needs_root
+def test_a_copy_a_container_holds_is_passed_over_without_asking_the_engine(
+        make_sandbox, run, session_id, image, caplog) -> None:
+    box = make_sandbox(disk_quota="loop", disk_quota_bytes=QUOTA, copies_per_user=1)
+    volumes = box.volumes
+    first, second, third = (f"{session_id}-{n}" for n in ("a", "b", "c"))
+    with volumes.hold(first, "user-1"):
+        assert run("true", box=box, session=first).result.exit_code == 0
+    waiting = box.warm(first, PREFIX, image)  # holds the first copy's volume
+    try:
+        with caplog.at_level("INFO", logger="executor.sandbox.volumes"), \
+                volumes.hold(second, "user-1"):
+            assert run("true", box=box, session=second).result.exit_code == 0
+        # Kept, and the engine was never asked to remove its volume.
+        assert volumes.image_path(first).exists() and box.usable(waiting)
+        assert not [r for r in caplog.records if "not evicted" in r.getMessage()]
+    finally:
+        box.discard(waiting)
+    with volumes.hold(third, "user-1"):  # nothing holds them now: they go
+        assert run("true", box=box, session=third).result.exit_code == 0
+    assert not volumes.image_path(first).exists() and not volumes.image_path(second).exists()
