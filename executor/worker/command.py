@@ -109,7 +109,7 @@ class CommandLife:
         self._runtimes = runtimes  # those the engine had at start-up
         self._secrets_key = secrets_key  # None: commands that need secrets fail here
         self._terminal_db = terminal_db  # a connection for a command's input
-        # Starts a command's own container while its files are brought here.
+        # Starts a command's own container while its files are restored.
         self._starts = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="start")
 
     def execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
@@ -203,19 +203,23 @@ class CommandLife:
 
         def attempt() -> tuple[Capture, RunResult]:
             started = warm.pop() if warm else None
-            # Without a warm one, the command's container starts while the
-            # files are restored: it waits for its command, and it keeps the
-            # volume mounted when the restore's container exits (that
-            # unmount would write the restored files out first).
-            beside = None if started is not None else self._starts.submit(
-                self._sandbox.start, request)
+            beside: list[Future[Started]] = []
+
+            def start_beside() -> None:
+                # The files are being restored: the command's own container
+                # starts now and waits for its command, so the command starts
+                # once the restore is done, and the restore's container exits
+                # without unmounting the copy (which would write it out first).
+                if started is None and not beside:
+                    beside.append(self._starts.submit(self._sandbox.start, request))
+
             try:
-                capture = self._files.prepare(store, request, run.claimed.root)
-                if beside is not None:
-                    started = beside.result()
+                capture = self._files.prepare(store, request, run.claimed.root, start_beside)
+                if beside:
+                    started = beside[0].result()
             except BaseException:
-                if started is None and beside is not None:
-                    started = _result_or_none(beside)
+                if started is None and beside:
+                    started = _result_or_none(beside[0])
                 if started is not None:
                     self._sandbox.discard(started)
                 raise

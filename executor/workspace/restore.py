@@ -109,14 +109,14 @@ class TarStream:
         self._store = store
         self._entries = entries
         self._batch: dict[str, bytes] = {}  # small blobs read ahead
-        self._reading: list[_Ahead] = []
         self.failure: str | None = None
+        # The blobs are read ahead, in another thread, from now on: the
+        # database's time overlaps the restore container's start, then the
+        # container's writing.
+        self._ahead = _Ahead(self._pieces(), PREFETCH)
 
     def __iter__(self) -> Iterator[bytes]:
-        # The blobs are read ahead, in another thread, while the archive
-        # goes out: the database's time overlaps the container's.
-        pieces = _Ahead(self._pieces(), PREFETCH)
-        self._reading.append(pieces)
+        pieces = self._ahead
         try:
             for e in self._entries:
                 info = tarfile.TarInfo(e["path"])
@@ -139,8 +139,7 @@ class TarStream:
 
     def close(self) -> None:
         """Stops reading ahead, and waits for a read under way to end."""
-        for pieces in self._reading:
-            pieces.close()
+        self._ahead.close()
 
     def _pieces(self) -> Iterator[list[bytes | None]]:
         """Each file's bytes, chunk by chunk, and None after each file, in

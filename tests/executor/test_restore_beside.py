@@ -19,12 +19,17 @@ from tests.support import call, one
 UPLOADED = b"uploaded bytes\n"
 
 
-def created_for(docker_client: Any, command_id: int, since: datetime.datetime) -> list[str]:
+def labels(row: dict[str, Any]) -> list[str]:
+    """The labels of the command's containers (a command id alone is not
+    unique: other tests' databases count from 1 too)."""
+    return [f"pg-shell.command-id={row['id']}", f"pg-shell.session-id={row['session_id']}"]
+
+
+def created_for(docker_client: Any, row: dict[str, Any], since: datetime.datetime) -> list[str]:
     """Ids of the containers made for the command since ``since``."""
     events = docker_client.events(
         since=since, until=datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1),
-        filters={"type": "container", "event": "create",
-                 "label": f"pg-shell.command-id={command_id}"}, decode=True)
+        filters={"type": "container", "event": "create", "label": labels(row)}, decode=True)
     return [event["id"] for event in events]
 
 
@@ -51,7 +56,6 @@ def test_a_failed_restore_leaves_no_container_of_the_command(
     # Three containers were made for it: two restores (the update of the
     # copy, then its rebuild from nothing) and, beside them, its own. All
     # are gone.
-    assert len(created_for(docker_client, row["id"], since)) == 3
-    assert docker_client.api.containers(
-        all=True, filters={"label": f"pg-shell.command-id={row['id']}"}) == []
+    assert len(created_for(docker_client, row, since)) == 3
+    assert docker_client.api.containers(all=True, filters={"label": labels(row)}) == []
     shell.conn.close()

@@ -1,0 +1,52 @@
+"""Blobs are read back as binary COPY output (executor/db/workspace.py),
+against the real database as the executor role: every blob's bytes come
+back exactly, large ones joined from their chunks, and what is not stored
+is left out."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+
+import pytest
+
+from executor.db.queue import ExecutorDatabase
+from executor.db.workspace import WorkspaceStore, binary_rows
+
+CHUNK = 4 * 1024 * 1024
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_blobs_come_back_byte_for_byte(db: str) -> None:
+    store = WorkspaceStore(ExecutorDatabase(db, "shell_executor"))
+    small = [b"", b"\0\xff\r\n" * 3, "ünïcode\n".encode(), os.urandom(100_000)]
+    store.put_blobs([(sha(data), data) for data in small])
+    large = os.urandom(CHUNK + 12_345)  # two chunks
+    for seq in range(2):
+        store.put_blob_chunk(sha(large), len(large), 2, seq, large[seq * CHUNK:(seq + 1) * CHUNK])
+    missing = "0" * 64
+    found = store.blobs([sha(data) for data in small[1:]] + [sha(large), missing])
+    assert found == {**{sha(data): data for data in small[1:]}, sha(large): large}
+
+
+def copy_out(conn, query: str) -> bytes:
+    sink = io.BytesIO()
+    with conn.cursor() as cur:
+        cur.copy_expert(f"COPY ({query}) TO STDOUT (FORMAT binary)", sink)
+    return sink.getvalue()
+
+
+def test_output_that_is_not_whole_binary_copy_of_non_nulls_is_refused(conn) -> None:
+    with pytest.raises(ValueError, match="not the output of COPY"):
+        list(binary_rows(b"sha256,data\n"))
+    with pytest.raises(ValueError, match="NULL"):
+        list(binary_rows(copy_out(conn, "SELECT 'a'::text, NULL::bytea")))
+    whole = copy_out(conn, "SELECT 'a'::text, '\\x0102'::bytea")
+    assert list(binary_rows(whole)) == [[b"a", b"\x01\x02"]]
+    for cut in range(len(whole)):  # wherever it is cut, it is refused
+        with pytest.raises(ValueError):
+            list(binary_rows(whole[:cut]))
