@@ -168,6 +168,15 @@ GRANT EXECUTE ON FUNCTION
     shell.publish_time_limit(numeric)
 TO shell_executor;
 
+-- Blobs reach the database by binary COPY into a temporary table of the
+-- executor's own connection (executor/db/workspace.py): granted here, so a
+-- database whose PUBLIC lost TEMPORARY still takes them.
+DO $$
+BEGIN
+    EXECUTE format('GRANT TEMPORARY ON DATABASE %I TO shell_executor', current_database());
+END
+$$;
+
 -- Administrators: user management, audit (`pg-shell audit`) and retention
 -- (`pg-shell cleanup`, which signs its checkpoints with its own key).
 GRANT USAGE ON SCHEMA shell TO shell_admin;

@@ -1,18 +1,23 @@
-"""Blobs are read back as binary COPY output (executor/db/workspace.py),
+"""Blobs go in and come out as binary COPY (executor/db/workspace.py),
 against the real database as the executor role: every blob's bytes come
-back exactly, large ones joined from their chunks, and what is not stored
-is left out."""
+back exactly, large ones joined from their chunks, what is not stored is
+left out, and the executor may stage blobs in a temporary table even where
+PUBLIC may not."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import os
+import uuid
 
 import pytest
 
+from executor.db import migrations
+from executor.db.connection import connect, query
 from executor.db.queue import ExecutorDatabase
 from executor.db.workspace import WorkspaceStore, binary_rows
+from tests.conftest import with_database
 
 CHUNK = 4 * 1024 * 1024
 
@@ -50,3 +55,26 @@ def test_output_that_is_not_whole_binary_copy_of_non_nulls_is_refused(conn) -> N
     for cut in range(len(whole)):  # wherever it is cut, it is refused
         with pytest.raises(ValueError):
             list(binary_rows(whole[:cut]))
+
+
+def test_blobs_are_stored_where_public_may_make_no_temporary_table(admin_dsn: str) -> None:
+    # A hardened database: PUBLIC loses TEMPORARY before the schema is
+    # migrated in; the executor's own grant (sql/grants.sql) stays.
+    name = f"pgshell_b_{uuid.uuid4().hex[:12]}"
+    admin = connect(admin_dsn)
+    query(admin, f'CREATE DATABASE "{name}"')
+    try:
+        dsn = with_database(admin_dsn, name)
+        conn = connect(dsn)
+        try:
+            query(conn, f'REVOKE TEMPORARY ON DATABASE "{name}" FROM PUBLIC')
+            migrations.migrate(conn)
+        finally:
+            conn.close()
+        store = WorkspaceStore(ExecutorDatabase(dsn, "shell_executor"))
+        data = b"stored\n"
+        store.put_blobs([(sha(data), data)])
+        assert store.blobs([sha(data)]) == {sha(data): data}
+    finally:
+        query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
