@@ -1448,18 +1448,17 @@ CREATE FUNCTION shell.count_tree_entries() RETURNS trigger
     AS $$
 BEGIN
     UPDATE shell.trees t SET entries = c.own + c.below, widest = greatest(c.own, c.widest_below)
-    FROM (SELECT e.tree, count(*) AS own, coalesce(sum(k.entries), 0) AS below,
+    FROM (SELECT a.tree, count(*) AS own, coalesce(sum(k.entries), 0) AS below,
                  coalesce(max(k.widest), 0) AS widest_below
-          FROM shell.tree_entries e
-          LEFT JOIN shell.trees k ON e.kind = 'dir' AND k.hash = e.object
-          WHERE e.tree IN (SELECT DISTINCT a.tree FROM added a)
-          GROUP BY e.tree) c
+          FROM added a
+          LEFT JOIN shell.trees k ON a.kind = 'dir' AND k.hash = a.object
+          GROUP BY a.tree) c
     WHERE t.hash = c.tree;
     RETURN NULL;
 END
 $$;
 
-COMMENT ON FUNCTION shell.count_tree_entries() IS 'Trigger on shell.tree_entries (per statement): sets each new tree''s entries (all below it) and widest (its largest directory).';
+COMMENT ON FUNCTION shell.count_tree_entries() IS 'Trigger on shell.tree_entries (per statement): sets each new tree''s entries (all below it) and widest (its largest directory) from the rows added, which are all of its entries (put_tree adds them at once).';
 
 CREATE FUNCTION shell.create_user(p_username text, p_password text) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1857,6 +1856,7 @@ COMMENT ON FUNCTION shell.hold_command_roots() IS 'Trigger on shell.commands: an
 CREATE FUNCTION shell.hold_root(p_user_id uuid, p_root text, p_n bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     fresh text[];
@@ -1924,6 +1924,7 @@ COMMENT ON FUNCTION shell.hold_session_root() IS 'Trigger on shell.sessions: a s
 CREATE FUNCTION shell.holding_cost(p_user_id uuid, p_fresh text[]) RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
+    SET enable_seqscan TO 'off'
     AS $$
     SELECT coalesce((SELECT sum(shell.entry_bytes(e.name, e.target)) FROM shell.tree_entries e
                      WHERE e.tree = ANY (p_fresh)), 0)
@@ -2866,6 +2867,7 @@ COMMENT ON FUNCTION shell.release_command(p_command shell.commands, p_container_
 CREATE FUNCTION shell.release_root(p_user_id uuid, p_root text, p_n bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     dead text[];
@@ -3772,6 +3774,7 @@ COMMENT ON FUNCTION shell.tree_put_path(p_root text, p_parts text[], p_entry jso
 CREATE FUNCTION shell.unheld_trees(p_user_id uuid, p_root text) RETURNS text[]
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO ''
+    SET enable_seqscan TO 'off'
     AS $$
     WITH RECURSIVE fresh (hash) AS (
         SELECT p_root

@@ -129,6 +129,34 @@ def test_a_directory_or_a_home_past_its_entries_cap_is_not_kept(db):
         call(alice.conn, "SELECT shell_api.upload_file(%s, 'u3', 'x')", (session,))
 
 
+def test_storing_and_holding_a_root_reads_tree_entries_by_key_only(db):
+    """What a completion does to the files (store the new trees, count their
+    entries, weigh and hold the new root, let go of the old) follows keys:
+    shell.tree_entries is never read whole, even where the planner takes it
+    for small (a fresh test database; one filled faster than autovacuum
+    analyzes it)."""
+    alice = new_tenant(db, "alice")
+    su, ex = superuser(db), executor(db)
+    blob = store_file(ex, b"x")
+    sub = store_tree(ex, [file_entry(f"f{i}", blob, 1) for i in range(50)])
+    with su.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT (shell.put_trees(%s::jsonb))[1]", (json.dumps([[
+            {"name": "d", "kind": "dir", "mode": 0o755, "size": 50, "object": sub, "target": None},
+            file_entry("g", blob, 1)]]),))
+        [(root,)] = cur.fetchall()
+        cur.execute("SELECT shell.files_refusal(%s, NULL, %s)", (alice.uid, root))
+        assert cur.fetchall() == [(None,)]
+        cur.execute("SELECT shell.hold_root(%s, %s, 1), shell.hold_root(%s, %s, -1)",
+                    (alice.uid, root, alice.uid, root))
+        cur.execute("SELECT entries, widest FROM shell.trees WHERE hash = %s", (root,))
+        assert cur.fetchall() == [(52, 50)]
+        cur.execute("SELECT seq_scan FROM pg_stat_xact_user_tables"
+                    " WHERE relid = 'shell.tree_entries'::regclass")
+        assert cur.fetchall() == [(0,)]
+        cur.execute("ROLLBACK")
+
+
 # -- uploads ------------------------------------------------------------------------
 
 def test_every_version_of_a_file_uploaded_again_counts(db):
