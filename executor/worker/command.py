@@ -47,6 +47,7 @@ from .input_feed import InputFeed
 from .outcome import SHUTDOWN, Outcome, Run, outcome_of
 from .output_writer import OutputWriter
 from .promotion import ImagePromotion
+from .turns import SessionTurns
 from .warm import WarmPool
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class CommandLife:
         self._runtimes = runtimes  # those the engine had at start-up
         self._secrets_key = secrets_key  # None: commands that need secrets fail here
         self._terminal_db = terminal_db  # a connection for a command's input
+        self._turns = SessionTurns()  # the copy's index is committed after completing
         # Starts a command's own container while its files are restored.
         self._starts = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="start")
 
@@ -118,8 +120,9 @@ class CommandLife:
         # brought here until the command completed: never evicted in between
         # (sandbox/host_copies.py). Its owner is named when its files are in
         # the database, which is what makes evicting it safe.
-        with self._sandbox.volumes.hold(cmd.session_id,
-                                        cmd.user_id if cmd.root is not None else None):
+        with self._turns.turn(cmd.session_id), \
+                self._sandbox.volumes.hold(cmd.session_id,
+                                           cmd.user_id if cmd.root is not None else None):
             self._execute(db, store, run)
 
     def _execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:

@@ -94,6 +94,7 @@ class Capture:
         # Whether the scan listed only the directories that changed: then
         # a directory it did not list is as the index holds it.
         self._targeted = False
+        self._asked: set[str] = set()  # the directories a targeted scan looked at
         self._watch: str | None = None
         self.expected_bytes = 0
         self._listed: dict[str, Children] = {}  # directories the scan sent whole
@@ -128,15 +129,30 @@ class Capture:
         return {"known": self.known}
 
     def _targeted_scan(self, changed: list[str]) -> dict[str, Any]:
-        self._index.read(changed)
-        held: dict[str, list[int]] = {}
-        for d in changed:
-            if d in self._index.dirs:
-                held.update((_join(d, name), [e[3], e[4]])
-                            for name, e in self._index.children(d).items() if e[0] == "dir")
-        self.known = {d: self._index.dirs[d].digest for d in changed if d in self._index.dirs}
-        self._targeted = True
-        return {"known": self.known, "changed": changed, "held": held}
+        """The changed directories are listed; so is a subdirectory of one
+        whose entry there is older than its own listing (_mark_relisted),
+        as its inode and ctime there cannot tell it from another."""
+        listed, held = set(changed), {}
+        todo = changed
+        while todo:
+            self._index.read(todo)
+            relisted = []
+            for d in todo:
+                if d not in self._index.dirs:
+                    continue
+                for name, e in self._index.children(d).items():
+                    path = _join(d, name)
+                    if e[0] != "dir" or path in listed:
+                        continue
+                    if e[4] is None:
+                        relisted.append(path)
+                    else:
+                        held[path] = [e[3], e[4]]
+            listed.update(relisted)
+            todo = relisted
+        self.known = {d: self._index.dirs[d].digest for d in listed if d in self._index.dirs}
+        self._targeted, self._asked = True, listed
+        return {"known": self.known, "changed": sorted(listed), "held": held}
 
     def wanted(self, manifest: list[list[Any]], scan: ScanReport) -> list[str]:
         self.failure = self._scan_failure(scan)
@@ -152,6 +168,7 @@ class Capture:
 
     def _wanted(self, manifest: list[list[Any]]) -> list[str]:
         self._listed, self._same = self._validated(manifest)
+        metrics.CAPTURE_LISTED.inc(len(self._listed))
         self._index.read(self._listed)
         self._dirs = self._walk()
         entries = sum(self._index.dirs[d].entries if d in self._same else len(self._children(d))
@@ -243,11 +260,31 @@ class Capture:
             raise RuntimeError("the database hashed a tree differently from the executor")
         loaded = {d: c for d, c in self._index.loaded.items() if d in dirs}
         loaded.update((d, self._children(d)) for d in changed)
+        rewritten = list(dict.fromkeys(changed + self._mark_relisted(dirs, loaded)))
         index = Index(dirs[""].tree, dirs, loaded, self._index.load_children, self._index.stored,
                       self._watch)
         removed = set(self._index.dirs) - set(dirs)
         return Captured(dirs[""].tree, dirs[""].size, index,
-                        changed if self._index.stored else None, removed)
+                        rewritten if self._index.stored else None, removed)
+
+    def _mark_relisted(self, dirs: dict[str, Dir], loaded: dict[str, Children]) -> list[str]:
+        """A directory a targeted scan listed without looking at its parent:
+        the parent's entry for it keeps the ctime it had (a name made or
+        removed in it changed that), so the next scan of the parent would
+        take it for another directory put in its place and walk all below
+        it. Its ctime there becomes None: list it with its parent next time.
+        Returns the parents whose entries changed so."""
+        marked = []
+        for d in self._listed if self._targeted else ():
+            parent, _, name = d.rpartition("/")
+            if not d or parent in self._asked or parent in self._listed or parent not in dirs:
+                continue
+            children = loaded.get(parent) or self._index.children(parent)
+            entry = children.get(name)
+            if entry is not None and entry[0] == "dir" and entry[4] is not None:
+                loaded[parent] = {**children, name: [*entry[:4], None, *entry[5:]]}
+                marked.append(parent)
+        return marked
 
     # -- helpers --------------------------------------------------------------------
 

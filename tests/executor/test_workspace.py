@@ -229,6 +229,26 @@ def test_every_kind_of_change_is_stored_as_the_container_sees_it(make_daemon, sh
         assert targeted == len(CHANGES) - 3
 
 
+def test_a_directory_changed_alone_is_looked_at_with_its_parent_not_walked(make_daemon, shell):
+    """A command that changes a directory changes its ctime in its parent's
+    listing, which that capture does not look at: the next capture that
+    lists the parent looks at that directory again instead of taking it for
+    another one put in its place and walking everything below it."""
+    port = free_port()
+    make_daemon(PG_SHELL_CAPTURE_CHANGE_RECORDS="true", PG_SHELL_METRICS_PORT=str(port)).start()
+
+    def listed() -> float:
+        return value(scrape(f"http://127.0.0.1:{port}/metrics"),
+                     "pg_shell_capture_directories_listed_total")
+
+    for command in ("mkdir -p a/b/{1..30} && touch a/b/{1..30}/f", "touch a/b/x"):
+        assert shell.run(command)["status"] == "done"
+    before = listed()
+    row = shell.run("touch a/y")
+    assert row["status"] == "done" and "a/y" in files(shell, row["id"])
+    # a, which the record names; a/b is as the index holds it, and none of a/b/1..30 is listed.
+    assert listed() - before == 1
+
 def test_upload_is_seen_by_the_next_command_and_history_orders_it(daemon, shell):
     shell.run("echo before")
     upload_id = one(shell.conn, "SELECT shell_api.upload_file(%s, 'in/data.txt', %s, 384)",
