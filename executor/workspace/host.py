@@ -62,16 +62,18 @@ class HostFiles:
         def restorer(header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
             return self._sandbox.restore(req, header, tar, on_restoring)
 
-        if self._cache.load(req.session_id) is None:
+        index = self._cache.load(req.session_id)
+        if index is None:
             # Perhaps no copy yet: make it before the index is read, so that
             # a new one is known to be empty, not wiped by a restore.
             self._sandbox.volumes.volume_for(req.session_id, req.image)
+            index = self._cache.load(req.session_id)
         try:
-            index = prepare(store, self._cache, req.session_id, root, restorer)
+            index = prepare(store, self._cache, req.session_id, root, restorer, index)
         except RestoreFailed:
             # An incremental update that did not add up: rebuild from nothing.
             self._cache.forget(req.session_id)
-            index = prepare(store, self._cache, req.session_id, root, restorer)
+            index = prepare(store, self._cache, req.session_id, root, restorer, None)
         if self._records is not None and not index.stored and index.root is not None:
             # Restored just now, and the restore's own scan is the index:
             # the record is complete from here (the restore's writes dropped).

@@ -56,11 +56,11 @@ class RestoreFailed(PgShellError):
 
 
 def prepare(store: WorkspaceStore, cache: HostCache, session_id: str, root: str | None,
-            restorer: Restorer) -> Index:
-    """The index of a copy that holds ``root`` (restored if needed). A
-    session without a root (from before the workspace) keeps what its volume
-    holds: its next capture imports all of it."""
-    index = cache.load(session_id)
+            restorer: Restorer, index: Index | None) -> Index:
+    """The index of a copy that holds ``root`` (restored if needed), given
+    ``index``, the one ``cache`` holds now. A session without a root (from
+    before the workspace) keeps what its volume holds: its next capture
+    imports all of it."""
     if root is None:
         return Index(None)
     if index is not None and index.root == root:
