@@ -36,7 +36,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
@@ -184,13 +185,38 @@ class LoopVolumes:
         # tree (so the session's first command restores nothing).
         self.on_made: Callable[[str], None] = lambda _session_id: None
         self._mountpoints: dict[str, str] = {}  # where the engine mounts each volume
+        # While this process holds a copy nothing can release or remove it, so
+        # the first answer of volume_for in a hold stands until the last hold
+        # ends (a cold command asked three times: its files, the restore,
+        # its container): session -> the serial of the unbroken hold, and
+        # the volumes answered in it.
+        self._holds: dict[str, tuple[int, int]] = {}  # session -> (serial, holds)
+        self._ready: dict[str, tuple[int, str]] = {}  # session -> (serial, volume)
+        self._serial = 0
+        self._holds_lock = threading.Lock()
 
     def image_path(self, session_id: str) -> Path:
         return self.state_dir / f"{volume_name(session_id)}.ext4"
 
-    def hold(self, session_id: str, owner: str | None) -> AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def hold(self, session_id: str, owner: str | None) -> Iterator[None]:
         """The copy is in use while the block runs (host_copies.py)."""
-        return self._copies.hold(session_id, owner)
+        with self._copies.hold(session_id, owner):
+            with self._holds_lock:
+                serial, holds = self._holds.get(session_id, (0, 0))
+                if not holds:
+                    self._serial += 1
+                    serial = self._serial
+                self._holds[session_id] = (serial, holds + 1)
+            try:
+                yield
+            finally:
+                with self._holds_lock:
+                    serial, holds = self._holds.pop(session_id)
+                    if holds > 1:
+                        self._holds[session_id] = (serial, holds - 1)
+                    else:
+                        self._ready.pop(session_id, None)
 
     def mountpoint(self, session_id: str) -> str | None:
         """Where the engine mounts the session's volume on this host while
@@ -201,6 +227,10 @@ class LoopVolumes:
         """Create on first use; re-attach after a reboot; ``image`` hands an
         older executor's volume to the sandbox user. Returns the volume name."""
         name = volume_name(session_id)
+        with self._holds_lock:
+            serial = self._holds.get(session_id, (None, 0))[0]
+            if serial is not None and self._ready.get(session_id) == (serial, name):
+                return name
         with self._locked():
             ext4, made = self._ensure_image(session_id)
             # An image made just now is attached nowhere: no need to ask.
@@ -211,6 +241,9 @@ class LoopVolumes:
         # sessions. Two hand-overs of one volume at once just do the same
         # work twice.
         _ensure_owned(self._client, self.state_dir, session_id, image)
+        with self._holds_lock:
+            if serial is not None and self._holds.get(session_id, (None, 0))[0] == serial:
+                self._ready[session_id] = (serial, name)
         return name
 
     def release(self, session_id: str) -> None:

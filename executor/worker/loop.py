@@ -87,7 +87,8 @@ class Worker:
                                 name=f"pg-shell-executor {purpose}", persistent=persistent)
 
     def wake(self) -> None:
-        """Interrupts the main loop's wait (a slot freed, or stop was asked)."""
+        """Interrupts the main loop's wait (a slot freed, a session adopted,
+        or stop was asked)."""
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
@@ -248,6 +249,10 @@ class Worker:
         image = self._images.of_template(found[0].template) if found and self._images else None
         if image is None or not self._adopting.adopt_session(session_id, self.settings.host_id):
             return None
+        # The adoption held the session's lane while a claim may have passed
+        # it over (SKIP LOCKED): its first command, submitted right after
+        # the session, is claimed now rather than at the next recheck.
+        self.wake()
         return Adoption(found[0].user_id, image, found[0].runtime)
 
     def _drop_archived(self, session_id: str) -> None:

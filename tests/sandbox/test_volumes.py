@@ -183,3 +183,25 @@ def test_a_copy_a_container_holds_is_passed_over_without_asking_the_engine(
     with volumes.hold(third, "user-1"):  # nothing holds them now: they go
         assert run("true", box=box, session=third).result.exit_code == 0
     assert not volumes.image_path(first).exists() and not volumes.image_path(second).exists()
+
+
+@needs_root
+def test_a_held_copy_is_looked_up_once_a_hold_and_again_after_it(
+        make_sandbox, run, session_id, image, docker_client) -> None:
+    """Nothing releases a held copy, so one lookup stands for the hold (a
+    cold command needs its volume for its files, a restore and its
+    container); a hold that ended proves nothing about the next."""
+    box = make_sandbox(disk_quota="loop", disk_quota_bytes=QUOTA)
+    volumes = box.volumes
+
+    def engine_has(name: str) -> bool:
+        return bool(docker_client.volumes.list(filters={"name": name}))
+
+    with volumes.hold(session_id, None):
+        name = volumes.volume_for(session_id, image)
+        docker_client.volumes.get(name).remove()  # behind the executor's back
+        assert volumes.volume_for(session_id, image) == name and not engine_has(name)
+    with volumes.hold(session_id, None):
+        assert volumes.volume_for(session_id, image) == name and engine_has(name)
+        assert run("echo still > f && cat f", box=box).output == "still\n"
+    assert volumes.volume_for(session_id, image) == name  # outside a hold: looked up
