@@ -108,6 +108,15 @@ def test_with_a_change_record_only_the_directories_it_names_are_scanned() -> Non
     assert (wanted, c.failure) == (["a/f"], None)
 
 
+def test_a_subdirectory_listed_since_its_parent_was_is_looked_at_with_it() -> None:
+    """Its entry in the parent has no ctime (the capture that listed it
+    alone cleared it): it is listed, not held, and what it holds is held."""
+    c = capture(record=Record("w1", [""]), watch="w1")
+    c._index.loaded[""] = {**INDEX_CHILDREN[""], "a": ["dir", 0o755, 0, 10, None, None]}
+    scan = c.scan()
+    assert (scan["changed"], scan["held"]) == (["", "a"], {"a/b": [20, 1]})
+    assert set(scan["known"]) == {"", "a"}
+
 def test_a_directory_put_in_the_place_of_another_and_not_listed_is_empty() -> None:
     c = capture(record=Record("w1", ["a"]), watch="w1")
     c.scan()
