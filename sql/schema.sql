@@ -1233,14 +1233,14 @@ $$;
 COMMENT ON FUNCTION shell.command_not_found() IS 'Raises command not found (22023), the same for a missing command and another tenant''s.';
 
 CREATE FUNCTION shell.command_terminal(p_command_id bigint, p_worker_id text, p_attempt integer) RETURNS jsonb
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE sql SECURITY DEFINER
     SET search_path TO ''
     AS $$
     SELECT CASE WHEN c.input = 'none' THEN NULL ELSE jsonb_build_object(
         'tty', c.tty, 'cols', c.cols, 'rows', c.rows,
         'idle_s', u.terminal_idle_s, 'max_s', u.terminal_max_s) END
-    FROM shell.commands c JOIN shell.users u ON u.id = c.user_id
-    WHERE c.id = (shell.held_command(p_command_id, p_worker_id, p_attempt)).id
+    FROM shell.held_command(p_command_id, p_worker_id, p_attempt) c
+    JOIN shell.users u ON u.id = c.user_id
 $$;
 
 COMMENT ON FUNCTION shell.command_terminal(p_command_id bigint, p_worker_id text, p_attempt integer) IS 'Executor: what a command with input runs with: {tty, cols, rows, idle_s, max_s} (the user''s terminal limits), or NULL for a command without input. PS001 when the lease is lost.';

@@ -33,3 +33,25 @@ def test_live_input_is_due_at_once_and_recorded_input_at_its_offset(db: str) -> 
     assert stamped >= 60000
     assert rows[0]["due_in_ms"] == 0
     assert 0 < rows[1]["due_in_ms"] <= 600000 - 60000
+
+
+def test_what_a_command_runs_with_is_read_once_by_its_key(db: str) -> None:
+    # Checked at every command's start: with other commands in the table it
+    # must not look at them (a volatile lookup in a WHERE ran once per row).
+    alice = new_tenant(db, "alice")
+    session = alice.session()
+    cid = one(alice.conn, "SELECT shell_api.submit_command(%s, 'cat', p_tty => true)", (session,))
+    for _ in range(5):
+        one(alice.conn, "SELECT shell_api.submit_command(%s, 'true')", (session,))
+    worker = Worker(db, "w1")
+    [claimed] = worker.claim()
+    admin = superuser(db)
+    with admin.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SET LOCAL track_functions = 'pl'")
+        cur.execute("SELECT shell.command_terminal(%s, 'w1', %s)", (cid, claimed.attempt))
+        assert cur.fetchone()[0]["tty"] is True
+        cur.execute("SELECT calls FROM pg_stat_xact_user_functions"
+                    " WHERE funcid = 'shell.held_command'::regproc")
+        assert cur.fetchall() == [(1,)]
+        cur.execute("ROLLBACK")
