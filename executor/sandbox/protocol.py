@@ -1,6 +1,6 @@
 """The executor's end of the protocol with the sandbox's supervisor.
 
-Pure logic, no docker. sandbox-image/supervisor documents the frames: a type
+Pure logic, no docker. sandbox-image/supervisor.py documents the frames: a type
 byte, a 4-byte big-endian length, a payload. The runner feeds the container's
 stdout into a ``Conversation``, which hands output to the capper, keeps the
 state report and exit status, collects the file manifest, and answers the

@@ -84,7 +84,7 @@ def container_args(image: str, labels: dict[str, str], shell_root: str,
 
     The environment holds only our defaults: the command, its cwd and the
     session's variables reach the supervisor on stdin after the start
-    (sandbox-image/supervisor), so nothing of the tenant's is in the
+    (sandbox-image/supervisor.py), so nothing of the tenant's is in the
     container's configuration.
     """
     return {

@@ -55,7 +55,7 @@ CREATE TABLE dirs (
 
 def listing_digest(children: Children) -> str:
     """What the supervisor's scan computes for a directory it finds
-    (sandbox-image/supervisor: listing_digest) from the same entries."""
+    (sandbox-image/supervisor.py: listing_digest) from the same entries."""
     digest = hashlib.sha256()
     for name in sorted(children, key=str.encode):
         kind, mode, size, inode, ctime, value = children[name]
