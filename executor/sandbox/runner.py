@@ -213,20 +213,18 @@ class Sandbox:
         finally:
             started.close()
 
-    def restore(self, req: RunRequest, header: dict[str, Any], tar: Iterable[bytes],
-                on_started: Callable[[], None] = lambda: None) -> Conversation:
+    def restore(self, req: RunRequest, header: dict[str, Any],
+                tar: Iterable[bytes]) -> Conversation:
         """Brings the session's volume to a tree, inside a container as
         locked down as a command's (never by extracting tenant data on the
         host): ``header`` says what to delete, ``tar`` carries what to
-        write; ``on_started`` runs once that container has started. Returns
-        the conversation, with the manifest of the result."""
+        write. Returns the conversation, with the manifest of the result."""
         session_id = req.session_id
         volume = self.volumes.volume_for(session_id, req.image)
         started = self.containers.start(req.image, req.runtime or self.runtime,
                                         command_labels(req, self.scope), volume, session_id,
                                         command=["restore"])
         self.on_mounted(session_id, req.runtime or self.runtime)
-        on_started()
         raw = started.raw
         try:
             raw.settimeout(RESTORE_TIMEOUT_S)  # a restore that hangs ends as an engine error

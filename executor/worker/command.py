@@ -206,23 +206,19 @@ class CommandLife:
 
         def attempt() -> tuple[Capture, RunResult]:
             started = warm.pop() if warm else None
-            beside: list[Future[Started]] = []
-
-            def start_beside() -> None:
-                # The files are being restored: the command's own container
-                # starts now and waits for its command, so the command starts
-                # once the restore is done, and the restore's container exits
-                # without unmounting the copy (which would write it out first).
-                if started is None and not beside:
-                    beside.append(self._starts.submit(self._sandbox.start, request))
-
+            # Without a warm container, the command's own starts now and
+            # waits for its command while the files are brought here (the
+            # copy made, checked or restored): the start costs most, and
+            # overlaps the rest. A restore's container then exits without
+            # unmounting the copy (which would write it out first).
+            beside = None if started else self._starts.submit(self._sandbox.start, request)
             try:
-                capture = self._files.prepare(store, request, run.claimed.root, start_beside)
-                if beside:
-                    started = beside[0].result()
+                capture = self._files.prepare(store, request, run.claimed.root)
+                if beside is not None:
+                    started = beside.result()
             except BaseException:
-                if started is None and beside:
-                    started = _result_or_none(beside[0])
+                if started is None and beside is not None:
+                    started = _result_or_none(beside)
                 if started is not None:
                     self._sandbox.discard(started)
                 raise

@@ -4,7 +4,7 @@ receive its changes; after it, the new root and what to tell the user."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,13 +54,11 @@ class HostFiles:
         it): it holds the empty tree."""
         self._cache.save(session_id, Index(EMPTY_TREE, {"": Dir.of(EMPTY_TREE, 0, {})}, {"": {}}))
 
-    def prepare(self, store: WorkspaceStore, req: RunRequest, root: str | None,
-                on_restoring: Callable[[], None] = lambda: None) -> Capture:
+    def prepare(self, store: WorkspaceStore, req: RunRequest, root: str | None) -> Capture:
         """Restores the copy if needed (RestoreFailed, SandboxError), then
-        distrusts it: from here on only a commit vouches for it.
-        ``on_restoring`` runs once a restore's container has started."""
+        distrusts it: from here on only a commit vouches for it."""
         def restorer(header: dict[str, Any], tar: Iterable[bytes]) -> Conversation:
-            return self._sandbox.restore(req, header, tar, on_restoring)
+            return self._sandbox.restore(req, header, tar)
 
         index = self._cache.load(req.session_id)
         if index is None:
