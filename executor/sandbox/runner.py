@@ -173,23 +173,15 @@ class Sandbox:
         warm: Started | None = None,
         feed: InputFeed | None = None,
     ) -> RunResult:
-        """``on_created`` runs after the container exists and before the
-        command can run in it (the caller records that it may run);
-        ``on_started`` once it runs, before the command is sent. ``warm``: a
-        container of ``warm()`` for this session, or of ``start(req)``, used
-        instead of a new one.
+        """``on_created`` runs after a new container exists and before it
+        starts (the caller records that the command may run); ``on_started``
+        once it runs, before the command is sent. ``warm``: a container of
+        ``warm()`` for this session, or of ``start(req)``, used instead of a
+        new one: it runs already, so ``on_started`` alone records it.
         With ``files``, the supervisor reports the home's manifest after the
         command and sends the files ``files.wanted`` asks for. ``feed``
         gives the input of a command with ``req.interaction``."""
-        if warm is None:
-            started = self.start(req, on_created)
-        else:
-            started = warm
-            try:
-                on_created(started.container_id)
-            except BaseException:
-                self.discard(started)
-                raise
+        started = self.start(req, on_created) if warm is None else warm
         request = json_frame(b"c", {"command": req.command, "cwd": req.cwd,
                                     "env": {**session_env(req.env), **req.secrets},
                                     "capture": files is not None,

@@ -76,8 +76,11 @@ class _Progress:
         self.created.set()
 
     def on_started(self, container_id: str) -> None:
+        # For a container started ahead (warm), the only record before its
+        # command is sent: running, with its id.
         cmd = self.run.claimed
         self.db.mark_started(cmd, self.worker_id, container_id, self.image, self.runtime)
+        self.created.set()
         self.run.started_at = utc_now()
         metrics.command_started(time.monotonic() - self.run.claimed_monotonic)
         if cmd.image_digest and cmd.image_digest != self.default_image == self.image:
