@@ -33,11 +33,12 @@ def test_a_promotion_reaches_the_running_executor_and_running_commands_finish_on
         daemon, make_shell, variants, image_cli, sandbox_image, db):
     new = variants.build("v2")
     old_session, new_session = make_shell("alice"), make_shell("bob")
-    # It runs until it is sent a line (on its terminal, echo off): however
-    # slow the machine, it is still running once the promotion has landed.
+    # It runs until it is sent a line on its terminal (echo off once it says
+    # ready): however slow the machine, it still runs after the promotion.
     long_id = one(old_session.conn, "SELECT shell_api.submit_command(%s, %s, p_tty => true)",
-                  (old_session.session_id, "stty -echo -opost; read -r _; echo finished"))
-    old_session.wait(long_id, until=lambda row: row["status"] == "running")
+                  (old_session.session_id,
+                   "stty -echo -opost; echo ready; read -r _; echo finished"))
+    old_session.wait(long_id, until=lambda row: row["output"] == "ready\n")
 
     promoted = image_cli("promote", f"{variants.repository}:v2")
     assert promoted.returncode == 0, promoted.stderr
@@ -51,9 +52,8 @@ def test_a_promotion_reaches_the_running_executor_and_running_commands_finish_on
     assert old_session.command(long_id)["status"] == "running"  # the promotion did not wait for it
     call(old_session.conn, "SELECT shell_api.send_input(%s, %s)", (long_id, "go\n"))
     before = old_session.wait(long_id)
-    # (A line sent before stty ran would be echoed first.)
-    assert (before["status"], before["output"].endswith("finished\n"),
-            before["image_digest"]) == ("done", True, sandbox_image), before
+    assert (before["status"], before["output"], before["image_digest"]) == (
+        "done", "ready\nfinished\n", sandbox_image)
     # … and the session that ran on the old image moves on to the new one.
     assert old_session.run("true")["image_digest"] == new
     assert daemon.proc.poll() is None and daemon.log().count(" ready: ") == 1  # never restarted
