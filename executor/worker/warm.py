@@ -8,8 +8,10 @@ wasted, by reason.
 A session holds up to ``per_session`` of them, one started after the other
 (their home is the session's one volume, so each sees the files as they
 are when it is handed a command). With two, a command typed right after
-the previous one's output finds a container ready: the one taken before
-was replaced from the moment it was taken, not once its command ended.
+the previous one's output finds a container ready. The one taken is
+replaced once its command completed if the session still holds another
+(a start beside the command would compete with it for the host's CPU, and
+the next command has its container already), else at once.
 
 The pool is shared by every tenant, so one user's sessions hold at most
 ``per_user`` of its places: a tenant running commands in many sessions
@@ -233,6 +235,7 @@ class WarmPool:
         with self._lock:
             self._retired.pop(session_id, None)  # it runs a command: not archived
             started = self._hand_out(session_id)
+            another = session_id in self._held  # the completion's prepare() replaces it
             if started is None and session_id in self._queued:
                 self._queued.discard(session_id)
                 self._forget_if_idle(session_id)
@@ -241,7 +244,8 @@ class WarmPool:
             starting.wait(TAKE_WAIT_S)
             with self._lock:
                 started = self._hand_out(session_id)
-        if started is not None:  # its place is filled from now, not once the command ended
+                another = session_id in self._held
+        if started is not None and not another:  # the next command would wait: start it now
             self.prepare(session_id, image, runtime=runtime)
             with self._lock:
                 self._forget_if_idle(session_id)
