@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,6 +71,7 @@ def make_daemon(executor_env: dict[str, str], tmp_path: Path,
 
 
 def remove_session_volumes(docker_client: Any, volumes_dir: str) -> None:
+    """The sessions' volumes, their loop devices, and the directory that held them."""
     for image in Path(volumes_dir).glob("*.ext4"):
         volume = image.stem  # the image file is named after its volume
         try:
@@ -80,6 +82,7 @@ def remove_session_volumes(docker_client: Any, volumes_dir: str) -> None:
                                    capture_output=True, text=True).stdout.split():
             subprocess.run(["losetup", "-d", loop], check=False)
         image.unlink()
+    shutil.rmtree(volumes_dir, ignore_errors=True)  # the copies' indexes, markers and locks
 
 
 @pytest.fixture

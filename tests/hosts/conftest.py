@@ -255,7 +255,6 @@ def make_hosts(make_daemon: Callable[..., Daemon], second_engine: Engine, docker
                 host.client.volumes.get(f"pg-shell-home-{session_id}").remove(force=True)
             except docker.errors.NotFound:
                 pass
-        shutil.rmtree(host.volumes_dir, ignore_errors=True)
 
 
 def session_ids(dsn: str) -> list[str]:
