@@ -229,22 +229,38 @@ class LoopVolumes:
         name = volume_name(session_id)
         with self._holds_lock:
             serial = self._holds.get(session_id, (None, 0))[0]
-            if serial is not None and self._ready.get(session_id) == (serial, name):
-                return name
+        if self._answered(session_id, serial, name):
+            return name
         with self._locked():
+            # A cold command's container start waits here while its files'
+            # side makes the copy: then it has nothing left to do.
+            if self._answered(session_id, serial, name):
+                return name
             ext4, made = self._ensure_image(session_id)
             # An image made just now is attached nowhere: no need to ask.
             loop = ((None if made else self._loop_of(ext4))
                     or run_tool("losetup", "--find", "--show", str(ext4)).strip())
             self._ensure_volume(name, session_id, loop)
+            if made:  # the sandbox user's from the start
+                self._answer(session_id, serial, name)
+                return name
         # Outside the host-wide lock: a large home must not hold up other
         # sessions. Two hand-overs of one volume at once just do the same
         # work twice.
         _ensure_owned(self._client, self.state_dir, session_id, image)
+        self._answer(session_id, serial, name)
+        return name
+
+    def _answered(self, session_id: str, serial: int | None, name: str) -> bool:
+        """Whether ``volume_for`` answered ``name`` already in this hold."""
+        with self._holds_lock:
+            return serial is not None and self._ready.get(session_id) == (serial, name)
+
+    def _answer(self, session_id: str, serial: int | None, name: str) -> None:
+        """The answer stands while the hold that ``serial`` names lasts."""
         with self._holds_lock:
             if serial is not None and self._holds.get(session_id, (None, 0))[0] == serial:
                 self._ready[session_id] = (serial, name)
-        return name
 
     def release(self, session_id: str) -> None:
         """Give back the loop device of an idle session (data stays in the image).

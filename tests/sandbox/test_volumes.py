@@ -4,9 +4,12 @@ never mounted, and leftover containers are reaped."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 
 from executor.sandbox import VolumeError
 from executor.sandbox.blank_images import SPARE_NAME
+from executor.sandbox.volumes import volume_name
 from tests.conftest import require
 from tests.sandbox.conftest import PREFIX
 
@@ -205,3 +209,34 @@ def test_a_held_copy_is_looked_up_once_a_hold_and_again_after_it(
         assert volumes.volume_for(session_id, image) == name and engine_has(name)
         assert run("echo still > f && cat f", box=box).output == "still\n"
     assert volumes.volume_for(session_id, image) == name  # outside a hold: looked up
+
+
+@needs_root
+def test_a_copy_made_while_its_container_waited_for_it_is_not_looked_up_again(
+        make_sandbox, session_id, image, tmp_path, monkeypatch) -> None:
+    """A cold command's files and its container ask for the copy at once;
+    the one that waited while the other made it has nothing left to do
+    (before, it asked losetup and the engine again, on the start's path)."""
+    calls = tmp_path / "losetup-calls"
+    shim = tmp_path / "bin" / "losetup"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {shutil.which("losetup")} "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}:{os.environ['PATH']}")
+    volumes = make_sandbox(disk_quota="loop", disk_quota_bytes=QUOTA).volumes
+    volumes.state_dir.mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+    with volumes.hold(session_id, None):
+        # Another executor of the host holds the host-wide lock: both wait.
+        with open(volumes.state_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            askers = [threading.Thread(target=lambda: names.append(
+                volumes.volume_for(session_id, image))) for _ in range(2)]
+            for asker in askers:
+                asker.start()
+            time.sleep(0.5)  # both at the lock (if not, the second finds the answer anyway)
+        for asker in askers:
+            asker.join(60)
+        assert names == [volume_name(session_id)] * 2
+    assert calls.read_text().splitlines() == [
+        f"--find --show {volumes.image_path(session_id)}"]
