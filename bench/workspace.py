@@ -3,9 +3,10 @@ references in the same run:
 
 (a) `echo hi` end to end in a session whose home holds FILES files of SIZE
     in all (default 5,000 / 100 MB; the issue's other size is --files 50000
-    --size-mb 500), against the same in an empty home, interleaved: p50 of
-    each and the ratio (target <= 1.10), the executor's peak RSS meanwhile
-    (target <= 150 MB) and the size of the host's index of that home;
+    --size-mb 500), against the same in an empty home, interleaved, each
+    after a pause: p50 of each and the ratio (target <= 1.10), the
+    executor's peak RSS meanwhile (target <= 150 MB) and the size of the
+    host's index of that home;
 (b) the extra cost of a command that rewrites one 1 MB file in that home:
     p50 of `head -c 1M /dev/urandom > f` minus p50 of `echo hi` there,
     by turns, each after a pause (target <= 30 ms);
@@ -61,9 +62,10 @@ REPORT = Report("workspace")
 log, emit = REPORT.log, REPORT.emit_figure
 MS = 1000
 FILL_BYTES = 100 * 2**20
-# Before each command of (b): longer than a warm start on a slow host, so that
-# both sides are timed as typed after a pause (one right after another would
-# wait for its container's start, and a p50 over a mix of both is noise).
+# Before each command of (a) and (b): longer than a warm start on a slow host,
+# so that every command is timed as typed after a pause (one right after
+# another waits for, or runs beside, the start of a container that the one
+# before set off, and a p50 over a mix of both is noise).
 PAUSE_S = 1.0
 
 
@@ -89,7 +91,7 @@ def big_vs_empty(tenant: Tenant, big: str, empty: str, runs: int) -> None:
     sides: dict[str, list[float]] = {"full": [], "empty": []}
     for i in range(runs):
         for name in (("full", "empty") if i % 2 == 0 else ("empty", "full")):
-            time.sleep(0.3)
+            time.sleep(PAUSE_S)
             sides[name].append(timed(tenant, big if name == "full" else empty, "echo hi")[0])
     full, bare = pct(sides["full"], 50) * MS, pct(sides["empty"], 50) * MS
     emit("echo_full_home_p50", full, "ms", side="ours")
