@@ -245,27 +245,31 @@ class WarmPool:
             with self._lock:
                 started = self._hand_out(session_id)
                 another = session_id in self._held
-        if started is not None and not another:  # the next command would wait: start it now
-            self.prepare(session_id, image, runtime=runtime)
-            with self._lock:
-                self._forget_if_idle(session_id)
         if started is None:
             metrics.WARM_MISSES.labels("none").inc()
             return None
-        if started.image != image:
-            self._waste(started, "image")
-            metrics.WARM_MISSES.labels("image").inc()
-            return None
-        if started.runtime != runtime:  # the user was put on another runtime meanwhile
-            self._waste(started, "runtime")
-            metrics.WARM_MISSES.labels("runtime").inc()
-            return None
-        if not self._sandbox.usable(started):
-            self._waste(started, "dead")
-            metrics.WARM_MISSES.labels("dead").inc()
+        miss = self._miss(started, image, runtime)
+        if miss or not another:  # the next command would wait for a start: begin it now
+            self.prepare(session_id, image, runtime=runtime)
+            with self._lock:
+                self._forget_if_idle(session_id)
+        if miss:
+            self._waste(started, miss)
+            metrics.WARM_MISSES.labels(miss).inc()
             return None
         metrics.WARM_HITS.inc()
         return started
+
+    def _miss(self, started: Started, image: str, runtime: str) -> str | None:
+        """Why a taken container cannot run a command on ``image`` under
+        ``runtime`` (None: it can)."""
+        if started.image != image:
+            return "image"
+        if started.runtime != runtime:  # the user was put on another runtime meanwhile
+            return "runtime"
+        if not self._sandbox.usable(started):
+            return "dead"
+        return None
 
     def _forget_if_idle(self, session_id: str) -> None:
         """Under the lock: a session with nothing held, queued or starting

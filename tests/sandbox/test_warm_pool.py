@@ -144,7 +144,8 @@ def test_a_session_holds_two_and_a_taken_one_is_replaced_once_none_is_left(
         assert first.container_id != second.container_id
         assert held.entered[session_id].wait(HANG)
         held.go[session_id].set()
-        wait_for("both places filled again", lambda: pool.count() == 3, HANG)
+        # The marker's session holds its two as well.
+        wait_for("both places filled again", lambda: pool.count() == 4, HANG)
         assert len(containers_of(docker_client, session_id)) == 4
         for started in (first, second):
             pool.finished(started)
@@ -154,6 +155,26 @@ def test_a_session_holds_two_and_a_taken_one_is_replaced_once_none_is_left(
             go.set()
         pool.close()
     assert containers_of(docker_client, session_id) == containers_of(docker_client, marker) == []
+
+
+def test_a_taken_container_that_cannot_run_the_command_is_replaced_at_once(
+        held: HeldStarts, image: str, session_id: str,
+        docker_client: docker.DockerClient) -> None:
+    pool = WarmPool(held, PREFIX, max_count=4, idle_s=300, per_session=2)
+    try:
+        pool.prepare(session_id, image)
+        wait_for("the session's two warm containers", lambda: pool.count() == 2, HANG)
+        held.hold(session_id)
+        # A command on an image promoted since: the one taken is of the image
+        # before, and so is the one still held, so the next start is not
+        # left to the command's completion.
+        assert pool.take(session_id, f"{image}-promoted", "runc") is None
+        assert held.entered[session_id].wait(HANG)
+    finally:
+        for go in held.go.values():
+            go.set()
+        pool.close()
+    assert containers_of(docker_client, session_id) == []
 
 
 def test_a_user_part_counts_containers_not_sessions(
