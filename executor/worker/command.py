@@ -126,7 +126,10 @@ class CommandLife:
         with self._turns.turn(cmd.session_id), \
                 self._sandbox.volumes.hold(cmd.session_id,
                                            cmd.user_id if cmd.root is not None else None):
-            self._execute(db, store, run)
+            try:
+                self._execute(db, store, run)
+            finally:
+                self._warm.ended(cmd.session_id)
 
     def _execute(self, db: ExecutorDatabase, store: WorkspaceStore, run: Run) -> None:
         cmd = run.claimed

@@ -9,9 +9,11 @@ A session holds up to ``per_session`` of them, one started after the other
 (their home is the session's one volume, so each sees the files as they
 are when it is handed a command). With two, a command typed right after
 the previous one's output finds a container ready. The one taken is
-replaced once its command completed if the session still holds another
-(a start beside the command would compete with it for the host's CPU, and
-the next command has its container already), else at once.
+replaced once its command ended if the session still holds another (a
+start beside the command would compete with it for the host's CPU, and
+the next command has its container already); at once if it holds none,
+or if the one taken could not run the command (of another image or
+runtime, or dead: so is the other, most likely).
 
 The pool is shared by every tenant, so one user's sessions hold at most
 ``per_user`` of its places: a tenant running commands in many sessions
@@ -64,6 +66,8 @@ class WarmPool:
         self._users: dict[str, tuple[str | None, bool]] = {}
         self._held: dict[str, list[Started]] = {}  # by session id, oldest first
         self._queued: set[str] = set()  # reserved, waiting for the starter
+        # A replacement put off until its command ended: session -> (image, runtime).
+        self._owed: dict[str, tuple[str, str]] = {}
         # Being started now; the event is set once the start has ended (its
         # container held, or none).
         self._starting: dict[str, threading.Event] = {}
@@ -94,8 +98,18 @@ class WarmPool:
         it holds its part already or one is starting, or the pool (or the
         user's part) is full; once it is held, the next, up to
         ``per_session``. ``stored``: the session's files are in the database."""
+        with self._lock:
+            self._owed.pop(session_id, None)  # asked for now
         if self._reserve(session_id, user_id, stored):
             self._starter.submit(self._start, session_id, image, runtime)
+
+    def ended(self, session_id: str) -> None:
+        """The session's command is over, however it ended: the replacement
+        its take put off starts now, unless its completion asked for it."""
+        with self._lock:
+            owed = self._owed.pop(session_id, None)
+        if owed is not None:
+            self.prepare(session_id, owed[0], runtime=owed[1])
 
     def adopt(self, session_id: str, claim: Callable[[str], Adoption | None]) -> None:
         """A new session, or one a client opened: if this executor is the
@@ -116,17 +130,20 @@ class WarmPool:
 
     def _reserve(self, session_id: str, user_id: str | None, stored: bool) -> bool:
         with self._lock:
-            busy = self._held_count() + len(self._queued) + len(self._starting)
-            if user_id is None:  # a start that follows one: the session's user as known
-                user_id, stored = self._users.get(session_id, (None, stored))
-            if (self._closed or session_id in self._retired
-                    or session_id in self._queued or session_id in self._starting
-                    or len(self._held.get(session_id, ())) >= self._per_session
-                    or busy >= self._max or not self._room_for(user_id)):
-                return False
-            self._queued.add(session_id)
-            self._users[session_id] = (user_id, stored)
-            return True
+            return self._reserve_locked(session_id, user_id, stored)
+
+    def _reserve_locked(self, session_id: str, user_id: str | None, stored: bool) -> bool:
+        busy = self._held_count() + len(self._queued) + len(self._starting)
+        if user_id is None:  # a start that follows one: the session's user as known
+            user_id, stored = self._users.get(session_id, (None, stored))
+        if (self._closed or session_id in self._retired
+                or session_id in self._queued or session_id in self._starting
+                or len(self._held.get(session_id, ())) >= self._per_session
+                or busy >= self._max or not self._room_for(user_id)):
+            return False
+        self._queued.add(session_id)
+        self._users[session_id] = (user_id, stored)
+        return True
 
     def _room_for(self, user_id: str | None) -> bool:
         """Under the lock: whether the user's sessions hold fewer containers
@@ -145,6 +162,7 @@ class WarmPool:
         if not self._begin(session_id):
             return
         started = None
+        follows = False
         try:
             if claim is not None:
                 adoption = self._adopted(session_id, claim)
@@ -154,9 +172,9 @@ class WarmPool:
             user_id, stored = self._users.get(session_id, (None, False))
             started = self._warm(session_id, image, runtime, user_id if stored else None)
         finally:
-            self._end(session_id, started)
-        if started is not None:  # the next one, if the session's part is not full
-            self.prepare(session_id, image, runtime=started.runtime)
+            follows = self._end(session_id, started)
+        if follows and started is not None:
+            self._starter.submit(self._start, session_id, image, started.runtime)
 
     @staticmethod
     def _take_request(session_id: str, claim: Callable[[str], Adoption | None]) -> None:
@@ -212,17 +230,24 @@ class WarmPool:
             log.exception("warm start failed for session_id=%s", session_id)
         return None
 
-    def _end(self, session_id: str, started: Started | None) -> None:
+    def _end(self, session_id: str, started: Started | None) -> bool:
+        """The start is over: its container is held, and the session's next
+        one reserved in the same step if its part is not full (a command
+        taking one in between would find another held, and put off a start
+        that then happened beside it all the same). Whether it was."""
+        follows = False
         with self._lock:
             done = self._starting.pop(session_id)
             unwanted = ("shutdown" if self._closed
                         else "archived" if session_id in self._retired else "")
             if started is not None and not unwanted:
                 self._held.setdefault(session_id, []).append(started)
+                follows = self._reserve_locked(session_id, None, False)
             self._forget_if_idle(session_id)
         if started is not None and unwanted:
             self._waste(started, unwanted)
         done.set()  # after it is held (or gone): a command waiting for it takes it now
+        return follows
 
     def take(self, session_id: str, image: str, runtime: str) -> Started | None:
         """The session's warm container for a command on ``image`` under
@@ -235,7 +260,7 @@ class WarmPool:
         with self._lock:
             self._retired.pop(session_id, None)  # it runs a command: not archived
             started = self._hand_out(session_id)
-            another = session_id in self._held  # the completion's prepare() replaces it
+            another = session_id in self._held  # then the one taken is replaced once it ended
             if started is None and session_id in self._queued:
                 self._queued.discard(session_id)
                 self._forget_if_idle(session_id)
@@ -253,6 +278,9 @@ class WarmPool:
             self.prepare(session_id, image, runtime=runtime)
             with self._lock:
                 self._forget_if_idle(session_id)
+        else:
+            with self._lock:
+                self._owed[session_id] = (image, runtime)
         if miss:
             self._waste(started, miss)
             metrics.WARM_MISSES.labels(miss).inc()

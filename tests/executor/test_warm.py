@@ -90,6 +90,20 @@ def test_commands_typed_back_to_back_each_find_a_container_started_before_them(
     wait_for("both places filled again", lambda: metric(daemon, "pg_shell_warm_containers") == 2)
 
 
+def test_a_command_that_timed_out_still_has_its_warm_container_replaced(
+        make_daemon: Callable[..., Daemon], shell: Shell, docker_client: Any) -> None:
+    # Its completion asks for no start (a command stopped is not one the
+    # session is typing on with): the replacement its take put off comes
+    # all the same.
+    daemon = with_metrics(make_daemon, PG_SHELL_WARM_PER_SESSION="2", PG_SHELL_TIMEOUT_S="2")
+    assert shell.run("true")["status"] == "done"
+    wait_for("the session's two warm containers",
+             lambda: metric(daemon, "pg_shell_warm_containers") == 2)
+    row = shell.run("sleep 30")
+    assert row["reason"] == "timeout", row
+    wait_for("both places filled again", lambda: metric(daemon, "pg_shell_warm_containers") == 2)
+
+
 def test_the_time_limit_starts_when_the_command_is_handed_over(
         make_daemon: Callable[..., Daemon], shell: Shell, docker_client: Any) -> None:
     daemon = with_metrics(make_daemon, PG_SHELL_TIMEOUT_S="3")
