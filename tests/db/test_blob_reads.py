@@ -2,7 +2,7 @@
 against the real database as the executor role: every blob's bytes come
 back exactly, large ones joined from their chunks, what is not stored is
 left out, and the executor may stage blobs in a temporary table even where
-PUBLIC may not."""
+PUBLIC may not; staged, they are not compressed (only where they are kept)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from executor.db import migrations
 from executor.db.connection import connect, query
 from executor.db.queue import ExecutorDatabase
 from executor.db.workspace import WorkspaceStore, binary_rows
+from executor.errors import DatabaseError
 from tests.conftest import with_database
 
 CHUNK = 4 * 1024 * 1024
@@ -78,3 +79,27 @@ def test_blobs_are_stored_where_public_may_make_no_temporary_table(admin_dsn: st
     finally:
         query(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def test_staged_bytes_are_not_compressed_twice_and_a_failed_first_call_costs_nothing(
+        db: str) -> None:
+    executor = ExecutorDatabase(db, "shell_executor")
+    store = WorkspaceStore(executor)
+    text = b"the same line of text, over and over\n" * 30_000  # compresses well
+    # The first call on the connection fails (a wrong hash): the staging
+    # table it made goes with its transaction, and the next call makes it again.
+    with pytest.raises(DatabaseError, match="not the SHA-256"):
+        store.put_blobs([(sha(b"something else"), text)])
+    WorkspaceStore(executor).put_blobs([(sha(text), text)])
+    assert store.blobs([sha(text)]) == {sha(text): text}
+    # Staged as they are: compressed once, where they are kept.
+    [row] = executor.call("SELECT attstorage FROM pg_attribute "
+                          "WHERE attrelid = 'pg_temp.blob_batch'::regclass AND attname = 'data'")
+    assert row["attstorage"] == "e"
+    admin = connect(db)
+    try:
+        [row] = query(admin, "SELECT pg_column_compression(data) AS method "
+                             "FROM shell.blob_chunks WHERE sha256 = %s", (sha(text),))
+    finally:
+        admin.close()
+    assert row["method"] == "pglz"
