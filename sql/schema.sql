@@ -5051,6 +5051,7 @@ CREATE TABLE shell.blob_chunks (
     CONSTRAINT blob_chunks_data_check CHECK ((octet_length(data) <= 4194304)),
     CONSTRAINT blob_chunks_seq_check CHECK ((seq >= 0))
 );
+ALTER TABLE ONLY shell.blob_chunks ALTER COLUMN data SET COMPRESSION lz4;
 
 COMMENT ON TABLE shell.blob_chunks IS 'The bytes of blobs, in chunks of at most 4 MiB.';
 
