@@ -5199,6 +5199,7 @@ CREATE TABLE shell.output_chunks (
     change_seq bigint,
     CONSTRAINT output_chunks_seq_check CHECK ((seq >= 0))
 );
+ALTER TABLE ONLY shell.output_chunks ALTER COLUMN data SET COMPRESSION lz4;
 
 COMMENT ON TABLE shell.output_chunks IS 'Commands'' output as it arrived, in order, with when and the change that appended it. Append-only.';
 

@@ -99,6 +99,20 @@ def test_append_output_is_idempotent_per_seq(alice):
     assert superuser_rows(db, "SELECT output_bytes FROM shell.commands") == [{"output_bytes": 5}]
 
 
+def test_a_large_output_chunk_is_kept_compressed_with_lz4(alice):
+    db, conn, sid = alice
+    cid = submit(conn, sid, "make")
+    attempt = claim(db, cid)
+    start(db, cid, attempt)
+    page = "make[1]: Entering directory '/home/sandbox/project'\n" * 1200  # 64 KB
+    append(db, cid, attempt, 0, page)
+    assert call(conn, "SELECT output FROM shell_api.latest_output(%s)", (sid,)) == [
+        {"output": page}]
+    # Migration 0049, on a server built with lz4 (pglz took five times as long).
+    assert superuser_rows(db, "SELECT pg_column_compression(data) AS method "
+                              "FROM shell.output_chunks") == [{"method": "lz4"}]
+
+
 # --- the change cursor -------------------------------------------------------
 
 def test_every_transition_is_returned_by_the_next_poll(alice):
