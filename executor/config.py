@@ -159,6 +159,11 @@ class Settings(BaseSettings):
         default=2, ge=1, le=16,
         description="warm containers one session holds at most: with 2, a command typed right "
                     "after the previous one's output finds one ready")
+    warm_blank: bool = Field(
+        default=True,
+        description="keep one container started on a blank home for the next new session "
+                    "(its first command starts as a warm one); loop volumes only, and only "
+                    "when warm containers are on")
     warm_idle_s: float = Field(
         default=60, gt=0, le=3600,
         description="how long a warm container waits for its session's next command before "

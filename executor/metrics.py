@@ -73,7 +73,8 @@ WARM_MISSES = Counter(
     registry=EXECUTOR)
 WARM_WASTED = Counter(
     "pg_shell_warm_wasted", "Warm containers removed unused, by why: idle, promotion, image, "
-    "runtime, dead, shutdown", ["reason"], registry=EXECUTOR)
+    "runtime, dead, shutdown; a blank one (for new sessions) also failed (its copy could not be "
+    "handed to the session) or surplus", ["reason"], registry=EXECUTOR)
 
 CAPTURE_SCANS = Counter(
     "pg_shell_capture_scans", "Captures after a command, by what their scan walked: changed "

@@ -49,6 +49,10 @@ def executor_env(db: str, sandbox_image: str, tmp_path: Path, runtime: str) -> d
         "PG_SHELL_SHUTDOWN_GRACE_S": "5",
         # Tests run side by side: a test that scrapes metrics picks a free port.
         "PG_SHELL_METRICS_PORT": "0",
+        # A blank container is started as the daemon starts and taken by
+        # whichever new session comes first: which container a test's
+        # first command runs in would depend on timing. Its tests turn it on.
+        "PG_SHELL_WARM_BLANK": "0",
     })
 
 
@@ -82,6 +86,11 @@ def remove_session_volumes(docker_client: Any, volumes_dir: str) -> None:
                                    capture_output=True, text=True).stdout.split():
             subprocess.run(["losetup", "-d", loop], check=False)
         image.unlink()
+    for marker in Path(volumes_dir).glob("*.blank"):  # a copy born on a blank one's volume
+        try:
+            docker_client.volumes.get(marker.read_text()).remove(force=True)
+        except Exception:
+            pass
     shutil.rmtree(volumes_dir, ignore_errors=True)  # the copies' indexes, markers and locks
 
 

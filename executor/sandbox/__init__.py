@@ -17,10 +17,11 @@ from .errors import (
 )
 from .images import DEFAULT_REPOSITORY, EngineImage, Images, repository_of
 from .model import Interaction, Limits, RunRequest, RunResult
-from .runner import Sandbox
+from .runner import Blank, Sandbox
 from .spec import LABEL_COMMAND, LABEL_SCOPE, LABEL_SESSION, LABEL_WORKER
 
 __all__ = [
+    "Blank",
     "DEFAULT_REPOSITORY",
     "LABEL_COMMAND",
     "LABEL_SCOPE",

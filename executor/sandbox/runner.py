@@ -10,6 +10,7 @@ result is recorded, so it stays off the critical path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import socket
@@ -20,9 +21,10 @@ from typing import Any
 
 from docker.utils.socket import frames_iter
 
+from .blank_copies import BlankCopy
 from .containers import Containers, Started
 from .engine import ENGINE_ERRORS, connect, engine_error
-from .errors import SandboxError
+from .errors import SandboxError, VolumeError
 from .model import Interaction, Limits, RunRequest, RunResult
 from .output import OutputCapper
 from .ownership import ABANDONED_AFTER_S, abandoned
@@ -55,6 +57,14 @@ RESTORE_TIMEOUT_S = 600
 RESTORE_WRITE_BYTES = 256 * 1024
 
 OnStarted = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Blank:
+    """A container started on a blank copy for a session to come."""
+
+    started: Started
+    copy: BlankCopy
 OnOutput = Callable[[str], None]
 
 
@@ -147,6 +157,54 @@ class Sandbox:
         except SandboxError as exc:
             log.warning("warm container %s not removed (the reaper will): %s",
                         warm.container_id[:12], exc)
+
+    # -- blank containers (blank_copies.py) -------------------------------------
+
+    @property
+    def has_blank_copies(self) -> bool:
+        """Whether ``blank`` works here: loop volumes only (a plain volume
+        cannot be handed to a session under its name)."""
+        return isinstance(self.volumes, LoopVolumes)
+
+    def blank(self, worker_id: str, image: str) -> Blank:
+        """A container on ``image`` under the default runtime, started on a
+        blank copy before any session wants it, as a warm one would be."""
+        volumes = self._loop_volumes()
+        copy = volumes.blank_copy()
+        try:
+            started = self.containers.start(image, self.runtime,
+                                            warm_labels("", worker_id, self.scope),
+                                            copy.volume, "")
+        except BaseException:
+            volumes.drop_blank(copy)
+            raise
+        return Blank(started, copy)
+
+    def adopt_blank(self, blank: Blank, session_id: str) -> Started | None:
+        """The blank container as the session's warm one, its copy the
+        session's, or None if the session has a copy here already (then the
+        blank stays as it was)."""
+        if not self._loop_volumes().adopt_blank(blank.copy, session_id):
+            return None
+        started = dataclasses.replace(blank.started, session_id=session_id)
+        self.on_mounted(session_id, started.runtime)
+        return started
+
+    def discard_blank(self, blank: Blank) -> None:
+        """Removes a blank container no session took, and its copy."""
+        self.discard(blank.started)
+        self._loop_volumes().drop_blank(blank.copy)
+
+    def sweep_blank_copies(self) -> None:
+        """On shutdown, once every container of this executor is gone: the
+        blank volumes of the copies sessions took."""
+        if self.has_blank_copies:
+            self._loop_volumes().sweep_blanks()
+
+    def _loop_volumes(self) -> LoopVolumes:
+        if not isinstance(self.volumes, LoopVolumes):
+            raise VolumeError("blank copies need loop volumes")
+        return self.volumes
 
     # -- one command -----------------------------------------------------------
 

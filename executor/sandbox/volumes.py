@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -45,6 +46,8 @@ from typing import Protocol
 import docker
 import docker.errors
 
+from . import blank_copies
+from .blank_copies import BlankCopy, remove_volume
 from .blank_images import Spare, make_blank, run_tool
 from .engine import engine_errors
 from .errors import InvalidSessionId, VolumeError
@@ -151,7 +154,7 @@ class PlainVolumes:
 
     def remove_locked(self, session_id: str) -> None:
         """``remove`` once the copy is known unused, under the host-wide lock."""
-        _remove_volume(self._client, volume_name(session_id))
+        remove_volume(self._client, volume_name(session_id))
         remove_index(self.state_dir, session_id)
         owner_path(self.state_dir, session_id).unlink(missing_ok=True)
         self._copies.forget(session_id)
@@ -274,7 +277,9 @@ class LoopVolumes:
             self._release_locked(session_id)
 
     def _release_locked(self, session_id: str) -> None:
-        _remove_volume(self._client, volume_name(session_id))
+        if blank_copies.still_mounted_by_blank(self._client, self._adopted_marker(session_id)):
+            raise VolumeError(f"the files of session {session_id} are in use")
+        remove_volume(self._client, volume_name(session_id))
         loop = self._loop_of(self.image_path(session_id))
         if loop:
             run_tool("losetup", "--detach", loop)
@@ -306,6 +311,68 @@ class LoopVolumes:
         out = run_tool("losetup", "--noheadings", "--list", "--output", "BACK-FILE")
         backing = {line.strip() for line in out.splitlines()}
         return [sid for sid in self.sessions() if str(self.image_path(sid).absolute()) in backing]
+
+    # -- blank copies (blank_copies.py) ---------------------------------------
+
+    def blank_copy(self) -> BlankCopy:
+        """A blank copy for a session that does not exist yet, attached, with
+        a volume of its own (blank_copies.py); first removes those left by
+        executors that are gone."""
+        name = blank_copies.new_name()
+        lock_fd = blank_copies.own(self.state_dir, name)
+        image = self.state_dir / f"{name}{blank_copies.IMAGE_SUFFIX}"
+        try:
+            with self._locked():
+                blank_copies.sweep(self._client, self.state_dir)  # a dead executor's, or taken
+                check_floor(self.state_dir, self._floor)
+                if not self._spare.take(image):
+                    make_blank(image, self._size)
+                loop = run_tool("losetup", "--find", "--show", str(image)).strip()
+                mountpoint = self._create_volume(name, loop, {blank_copies.BLANK_LABEL: "1"})
+        except BaseException:
+            with self._locked(), contextlib.suppress(VolumeError):
+                blank_copies.drop(self._client, name, image)
+            BlankCopy(name, image, "", "", lock_fd).let_go()
+            raise
+        return BlankCopy(name, image, loop, mountpoint, lock_fd)
+
+    def adopt_blank(self, blank: BlankCopy, session_id: str) -> bool:
+        """Makes ``blank`` the session's copy, as one made for it now would be
+        (empty, the sandbox user's); False when the session has a copy here
+        already. The session's volume is on the same loop device; until a
+        container starts on it, the copy is mounted where the blank's is."""
+        name = volume_name(session_id)
+        image = self.image_path(session_id)
+        if image.exists():  # most sessions: no need for the host-wide lock
+            return False
+        with self._locked():
+            if image.exists():
+                return False
+            _make_room(self, self._copies, session_id, self._per_user, self._client)
+            blank_copies.mark_adopted(self._adopted_marker(session_id), blank.volume)
+            os.rename(blank.image, image)
+            blank.let_go()
+            self._ensure_volume(name, session_id, blank.loop)
+            self._mountpoints[session_id] = blank.mountpoint
+            _mark_owned(self.state_dir, session_id)
+            self.on_made(session_id)
+        return True
+
+    def drop_blank(self, blank: BlankCopy) -> None:
+        """Removes a blank copy no session took, once its container is gone."""
+        try:
+            with self._locked():
+                blank_copies.drop(self._client, blank.volume, blank.image)
+        finally:
+            blank.let_go()
+
+    def sweep_blanks(self) -> None:
+        """Removes what blank copies left that nobody uses (blank_copies.sweep)."""
+        with self._locked():
+            blank_copies.sweep(self._client, self.state_dir)
+
+    def _adopted_marker(self, session_id: str) -> Path:
+        return self.state_dir / f"{volume_name(session_id)}{blank_copies.ADOPTED_SUFFIX}"
 
     # -- helpers -----------------------------------------------------------
 
@@ -343,15 +410,21 @@ class LoopVolumes:
                 # must never be mounted. Volume options are immutable, so
                 # replace the volume; the data lives in the image file.
                 volume.remove()
+            self._mountpoints[session_id] = self._create_volume(name, loop,
+                                                                {SESSION_LABEL: session_id})
+
+    def _create_volume(self, name: str, loop: str, labels: dict[str, str]) -> str:
+        """The engine's volume ``name`` on ``loop``; returns its mountpoint."""
+        with engine_errors(f"cannot create volume {name} on {loop}", refused=VolumeError):
             volume = self._client.volumes.create(
                 name,
                 driver="local",
                 # discard: a file deleted in the home gives its blocks back
                 # to the host (the image is sparse, blank_images.py).
                 driver_opts={"type": "ext4", "device": loop, "o": "nosuid,nodev,discard"},
-                labels={SESSION_LABEL: session_id},
+                labels=labels,
             )
-            self._mountpoints[session_id] = str(volume.attrs.get("Mountpoint"))
+        return str(volume.attrs.get("Mountpoint"))
 
 
 class _Copies(Protocol):
@@ -426,10 +499,3 @@ def _ensure_owned(client: docker.DockerClient, state_dir: Path, session_id: str,
     hand_over(client, image, volume_name(session_id), session_id)
     _mark_owned(state_dir, session_id)
 
-
-def _remove_volume(client: docker.DockerClient, name: str) -> None:
-    with engine_errors(f"cannot remove volume {name}", refused=VolumeError):
-        try:
-            client.volumes.get(name).remove()
-        except docker.errors.NotFound:
-            return

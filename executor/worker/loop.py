@@ -27,6 +27,7 @@ from executor.secrets.key import SecretsKey
 from executor.workspace.capture import CaptureLimits
 from executor.workspace.host import HostFiles
 
+from .blank_start import BlankStart
 from .command import CommandLife
 from .copies import ArchivedCopies
 from .outcome import LEASE_LOST, SHUTDOWN, Run
@@ -135,9 +136,12 @@ class Worker:
                  "(the engine has %s)", self.worker_id, self.settings.runtime,
                  ", ".join(sorted(runtimes)))
         self._images = images = ImagePromotion(self._sandbox, self.settings.image)
+        blanks = BlankStart(self._sandbox, self.worker_id, lambda: images.current,
+                            self.settings.warm_blank and self.settings.effective_warm_max() > 0
+                            and self._sandbox.has_blank_copies)
         self._warm = WarmPool(self._sandbox, self.worker_id, self.settings.effective_warm_max(),
                               self.settings.warm_idle_s, self.settings.warm_per_user,
-                              self.settings.warm_per_session)
+                              self.settings.warm_per_session, blanks)
         self._copies = ArchivedCopies(self._sandbox, self._warm)
         db = self._database("start-up")
         self._secrets_key = self._open_secrets_key(db)
@@ -163,6 +167,7 @@ class Worker:
         self._reap(db)
         for container_id in self._warm.reap(db.ended_containers):
             log.info("removed leftover warm container_id=%s", container_id[:12])
+        blanks.refill()  # after the reap, which would take it for a leftover
         self._copies.sweep(db)  # sessions archived while this host's executors were down
         self._idle_dbs.put(db)
         self._listener.start()
@@ -186,6 +191,10 @@ class Worker:
         self._maintenance_done.set()
         maintenance.join()
         self._remover.shutdown(wait=True)
+        try:
+            self._sandbox.sweep_blank_copies()
+        except SandboxError as exc:  # the next executor's first blank sweeps them
+            log.warning("blank copies not swept: %s", exc)
         log.info("worker %s stopped", self.worker_id)
 
     def _free_slots(self) -> int:

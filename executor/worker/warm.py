@@ -18,7 +18,11 @@ runtime, or dead: so is the other, most likely).
 The pool is shared by every tenant, so one user's sessions hold at most
 ``per_user`` of its places: a tenant running commands in many sessions
 (each completion asks for a warm start) cannot keep the pool full and
-leave everybody else's next command cold."""
+leave everybody else's next command cold.
+
+A session that has no copy here (a new one) cannot have a container
+started for it before its copy is made; ``blanks`` keeps one started on a
+blank copy, which such a session takes instead (blank_start.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ from dataclasses import dataclass
 from executor import metrics
 from executor.errors import PgShellError
 from executor.sandbox import Sandbox, SandboxError, Started
+
+from .blank_start import BlankStart
 
 log = logging.getLogger(__name__)
 # How long a command waits for its session's warm container being started
@@ -53,8 +59,10 @@ class Adoption:
 
 class WarmPool:
     def __init__(self, sandbox: Sandbox, worker_id: str, max_count: int, idle_s: float,
-                 per_user: int | None = None, per_session: int = 1) -> None:
+                 per_user: int | None = None, per_session: int = 1,
+                 blanks: BlankStart | None = None) -> None:
         self._sandbox = sandbox
+        self._blanks = blanks
         self._worker_id = worker_id
         self._max = max_count
         self._per_user = max_count if per_user is None else per_user
@@ -110,6 +118,8 @@ class WarmPool:
             owed = self._owed.pop(session_id, None)
         if owed is not None:
             self.prepare(session_id, owed[0], runtime=owed[1])
+        if self._blanks:
+            self._blanks.refill()
 
     def adopt(self, session_id: str, claim: Callable[[str], Adoption | None]) -> None:
         """A new session, or one a client opened: if this executor is the
@@ -222,7 +232,8 @@ class WarmPool:
             # The copy is in use from before its volume is made until the
             # container holds it: never evicted in between (host_copies.py).
             with self._sandbox.volumes.hold(session_id, owner):
-                return self._sandbox.warm(session_id, self._worker_id, image, runtime)
+                return (self._blank_for(session_id, image, runtime)
+                        or self._sandbox.warm(session_id, self._worker_id, image, runtime))
         except SandboxError as exc:
             log.warning("no warm container for session_id=%s: %s", session_id, exc)
         except Exception:
@@ -270,6 +281,9 @@ class WarmPool:
             with self._lock:
                 started = self._hand_out(session_id)
                 another = session_id in self._held
+        if started is None and (started := self._blank_for(session_id, image, runtime)):
+            with self._lock:
+                self._in_use.add(started.container_id)
         if started is None:
             metrics.WARM_MISSES.labels("none").inc()
             return None
@@ -287,6 +301,12 @@ class WarmPool:
             return None
         metrics.WARM_HITS.inc()
         return started
+
+    def _blank_for(self, session_id: str, image: str, runtime: str | None) -> Started | None:
+        """The blank container, if the session (having no copy here) can take it."""
+        if self._blanks is None:
+            return None
+        return self._blanks.take(session_id, image, runtime or self._sandbox.runtime)
 
     def _miss(self, started: Started, image: str, runtime: str) -> str | None:
         """Why a taken container cannot run a command on ``image`` under
@@ -331,6 +351,8 @@ class WarmPool:
         self._drop(lambda started: started.at < cutoff, "idle")
         with self._lock:
             self._retired = {s: at for s, at in self._retired.items() if at >= cutoff}
+        if self._blanks:
+            self._blanks.refill()  # none was started since the last command, or it failed
 
     def drop_session(self, session_id: str) -> None:
         """The session runs nothing more (archived): its containers go, the
@@ -348,6 +370,8 @@ class WarmPool:
     def keep_only(self, images: set[str]) -> None:
         """After a promotion: containers of an image no template starts on will not be used."""
         self._drop(lambda started: started.image not in images, "promotion")
+        if self._blanks:
+            self._blanks.keep_only(images)
 
     def reap(self, ended: Callable[[list[str]], set[str]]) -> list[str]:
         """Removes warm containers on the engine that no pool holds (left by
@@ -357,6 +381,11 @@ class WarmPool:
             if self._starting:  # one being started is not held yet: next round
                 return []
             keep = {s.container_id for held in self._held.values() for s in held} | self._in_use
+        if self._blanks:
+            blank = self._blanks.container_ids()
+            if blank is None:  # being started: next round
+                return []
+            keep |= blank
         return self._sandbox.reap_warm(self._worker_id, keep, 2 * self._idle_s + 60, ended)
 
     def close(self) -> None:
@@ -365,6 +394,8 @@ class WarmPool:
             self._closed = True
         self._starter.shutdown(wait=True)
         self._drop(lambda _started: True, "shutdown")
+        if self._blanks:
+            self._blanks.close()
 
     def _drop(self, which: Callable[[Started], bool], reason: str) -> None:
         with self._lock:

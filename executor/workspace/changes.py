@@ -27,6 +27,7 @@ ctime). Only runc's containers are recorded (RECORDED_RUNTIMES).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -85,9 +86,15 @@ class ChangeRecords:
             record = self._records.get(session_id)
             if runtime not in RECORDED_RUNTIMES or mountpoint is None:
                 self._stop(session_id)
-            elif record is None or record.mountpoint != mountpoint:
+            elif record is None:
                 self._start(session_id, mountpoint)
             else:
+                # Mounted elsewhere now (a copy born blank is mounted first
+                # through the blank's volume): the same file system, whose
+                # mark is on the file system, not on a mount.
+                if record.mountpoint != mountpoint:
+                    record = dataclasses.replace(record, mountpoint=mountpoint)
+                    self._records[session_id] = record
                 self._mark(session_id, record)
 
     def _start(self, session_id: str, mountpoint: str) -> None:
