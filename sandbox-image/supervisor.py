@@ -891,5 +891,16 @@ def main():
             send_files(receive(b"q").get("paths") or [])
             ACCESS.put_back()
     send(b"e")
+    if mode == "run":
+        linger()
     return status
+
+
+def linger():
+    """Every tenant process is gone and everything is said: the container
+    exits once the executor closes stdin, which it does after it stored the
+    command's completion, so that the engine's work of tearing the container
+    down (its volume, its cgroup, the runtime) comes after it, not beside it."""
+    while INBOX.fill():
+        INBOX.buf.clear()
 

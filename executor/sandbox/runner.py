@@ -39,7 +39,7 @@ from .protocol import (
 from .spec import LABEL_COMMAND, LABEL_WARM, LABEL_WORKER, command_labels, session_env, warm_labels
 from .state import resolve_state
 from .volumes import DEFAULT_STATE_DIR, LoopVolumes, PlainVolumes
-from .watch import Frames, Watch, pump
+from .watch import Frames, Watch, exit_needed, pump
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,10 @@ class Sandbox:
         # Called with the session id and the runtime once a container of the
         # session is started, before a command is handed to it (its home is mounted).
         self.on_mounted: Callable[[str, str], None] = lambda _session_id, _runtime: None
+        # Containers whose command ended, still attached: their supervisor
+        # exits when we close its stdin, in remove_container.
+        self._lingering: dict[str, Started] = {}
+        self._lingering_lock = threading.Lock()
 
     # -- engine facts --------------------------------------------------------
 
@@ -250,18 +254,28 @@ class Sandbox:
                                     **_interaction_fields(req.interaction)})
         cap = (self.limits.terminal_output_cap_bytes if req.interaction and req.interaction.tty
                else self.limits.output_cap_bytes)
+        lingers = False
         try:
             on_started(started.container_id)
             conversation = Conversation(OutputCapper(cap), files,
                                         inputs=feed if req.interaction else None)
             watch = self._supervise(req, started, request, on_output, cancel, conversation)
-            return self._result(req, started.container_id, conversation, watch)
+            result = self._result(req, started.container_id, conversation, watch)
+            # Ended as it should, the exit not waited for: the supervisor
+            # waits for our end of stdin.
+            lingers = (conversation.ended and watch.reason is None
+                       and not exit_needed(conversation))
+            return result
         except BaseException:
             # A callback or engine failure: never leave the command running.
             self.containers.kill(started.container_id)
             raise
         finally:
-            started.close()
+            if lingers:  # its supervisor waits for our end of stdin (remove_container)
+                with self._lingering_lock:
+                    self._lingering[started.container_id] = started
+            else:
+                started.close()
 
     def restore(self, req: RunRequest, header: dict[str, Any],
                 tar: Iterable[bytes]) -> Conversation:
@@ -341,6 +355,13 @@ class Sandbox:
                 except OSError:
                     pass  # the container died first; its exit status says why
 
+        def end_input() -> None:
+            with sending:
+                try:
+                    started.raw.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass  # gone already
+
         def hand_over(data: bytes) -> None:
             send(data)
             if conversation.inputs is not None:
@@ -368,7 +389,7 @@ class Sandbox:
             feed = conversation.inputs
             watch = Watch(self.containers.kill, self.limits, req, container_id, handed_over,
                           cancel, feed.last_input if feed else lambda: 0.0,
-                          stop=lambda _container_id: send(stop_frame()))
+                          stop=lambda _container_id: send(stop_frame()), end_input=end_input)
             try:
                 watch.collect(conversation, on_output, frames, exited)
             finally:
@@ -449,6 +470,10 @@ class Sandbox:
 
     def remove_container(self, container_id: str) -> None:
         """Force-remove a command's container (never its volume)."""
+        with self._lingering_lock:
+            lingering = self._lingering.pop(container_id, None)
+        if lingering is not None:
+            lingering.close()
         self.containers.remove(container_id)
 
     def command_ids(self, worker_id: str) -> list[int]:

@@ -83,9 +83,13 @@ class Watch:
     def __init__(self, kill: Callable[[str], None], limits: Limits, req: RunRequest,
                  container_id: str, started: float, cancel: threading.Event,
                  last_input: Callable[[], float] = lambda: 0.0,
-                 stop: Callable[[str], None] | None = None) -> None:
+                 stop: Callable[[str], None] | None = None,
+                 end_input: Callable[[], None] = lambda: None) -> None:
         self.kill = kill
         self.stop = stop or kill
+        # Closes the supervisor's stdin: once it ended the conversation, it
+        # exits only then (sandbox-image/supervisor.py: linger).
+        self.end_input = end_input
         # A terminal command has the tenant's limits: a maximum duration,
         # and an idle limit on time without input or output. Input given
         # up front leaves a command a batch one.
@@ -113,9 +117,13 @@ class Watch:
         stream_done = False
         exited_at: float | None = None
         last_output = self.started
+        input_ended = False
         while not (stream_done and exited.is_set()):
             if conversation.ended and self.reason is None and not exit_needed(conversation):
                 break  # the supervisor has said all it will: the container's exit adds nothing
+            if conversation.ended and not input_ended:
+                input_ended = True  # the exit is needed: let the supervisor go
+                self.end_input()
             now = time.monotonic()
             if ended_at is None and conversation.status is not None:
                 # The scan: its walk is bounded by the capture's entries cap.

@@ -333,9 +333,10 @@ def test_postgres_restart_mid_command_loses_and_duplicates_nothing(make_daemon, 
     shell.conn.close()
 
     cluster.stop("fast")
-    # The command finishes while the database is down; its result waits.
-    wait_for("container exited during the outage", lambda: any(
-        c["State"] == "exited" for c in containers(docker_client, container_id)))
+    # The command finishes while the database is down; its result waits (and
+    # its container with it: only the supervisor is left in it).
+    wait_for("the command ended during the outage",
+             lambda: len(docker_client.api.top(container_id)["Processes"]) == 1)
     time.sleep(2)
     assert daemon.proc.poll() is None
     cluster.start()

@@ -91,3 +91,41 @@ def test_a_stopped_command_that_never_ends_has_its_container_killed(monkeypatch)
     watch, conversation, stopped, killed = _stopped_run(reports=False)
     assert (stopped, killed) == (["ctr"], ["ctr"])
     assert watch.reason == "cancelled" and conversation.status is None
+
+
+def _ended_run(status_frame: dict[str, object]) -> list[str]:
+    """A command that ended and whose supervisor said all it will: what the
+    watch did about the container's exit (the supervisor exits only once its
+    stdin is closed)."""
+    frames: Frames = queue.Queue()
+    exited = threading.Event()
+    done: list[str] = []
+
+    def end_input() -> None:  # the supervisor's stdin closed: it exits
+        done.append("stdin closed")
+        frames.put(None)
+        exited.set()
+
+    def kill(container_id: str) -> None:
+        done.append("killed")
+        frames.put(None)
+        exited.set()
+
+    req = RunRequest(command_id=1, session_id="s", worker_id="w", command="true", cwd="/",
+                     env={}, image="i")
+    watch = Watch(kill, Limits(timeout_s=60, capture_base_s=5), req, "ctr", time.monotonic(),
+                  threading.Event(), end_input=end_input)
+    for kind, payload in ((b"x", status_frame), (b"M", {})):
+        frames.put((1, json_frame(kind, payload)))
+    frames.put((1, frame(b"e")))
+    watch.collect(Conversation(OutputCapper(1024)), lambda _text: None, frames, exited)
+    return done
+
+
+def test_an_ended_conversation_does_not_wait_for_the_exit_nor_end_it() -> None:
+    assert _ended_run({"status": 0}) == []  # removal, later, closes its stdin
+
+
+def test_an_exit_still_needed_is_asked_for_by_closing_the_supervisor_s_stdin() -> None:
+    # Killed by a signal, and the supervisor could not tell whether by the OOM killer.
+    assert _ended_run({"status": 137}) == ["stdin closed"]
