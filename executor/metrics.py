@@ -80,6 +80,10 @@ CAPTURE_SCANS = Counter(
     "pg_shell_capture_scans", "Captures after a command, by what their scan walked: changed "
     "(the directories the kernel's change record named) or home (the whole home)", ["walk"],
     registry=EXECUTOR)
+CAPTURE_FILES = Counter(
+    "pg_shell_capture_files", "Changed files captures read, by where: host (where this host "
+    "mounts the session's copy) or sandbox (sent by the container's supervisor)", ["via"],
+    registry=EXECUTOR)
 CAPTURE_LISTED = Counter(
     "pg_shell_capture_directories_listed", "Directories the captures' scans sent entry by entry "
     "(the others were found as this host's index holds them)", registry=EXECUTOR)

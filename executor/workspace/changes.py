@@ -131,6 +131,13 @@ class ChangeRecords:
         else:
             log.info("session_id=%s: no change record: %s", session_id, exc)
 
+    def mountpoint(self, session_id: str) -> str | None:
+        """Where the session's copy is mounted, while a record of it runs
+        (so under a runtime whose writes are on this file system, at once)."""
+        with self._lock:
+            record = self._records.get(session_id)
+            return record.mountpoint if record is not None else None
+
     def token(self, session_id: str) -> str | None:
         """The running record's token (None: none is running)."""
         with self._lock:

@@ -193,16 +193,20 @@ def test_every_kind_of_change_is_stored_as_the_container_sees_it(make_daemon, sh
                                                                  docker_client, records):
     """The capture reads only the directories that changed, as the kernel's
     change record names them or (without one) as a walk of the home finds
-    them; after each kind of change the stored files are what a full walk
-    of the home finds, with this host's index and after the host lost its
-    copy and restored it."""
+    them, and the files that changed where the host mounts the copy or
+    (without a record) as the supervisor sends them; after each kind of
+    change the stored files are what a full walk of the home finds, with
+    this host's index and after the host lost its copy and restored it."""
     port = free_port()
     daemon = make_daemon(PG_SHELL_CAPTURE_CHANGE_RECORDS=records,
                          PG_SHELL_METRICS_PORT=str(port)).start()
     targeted = 0.0
+    read_via = {"host": 0.0, "sandbox": 0.0}
 
     def scanned_changed() -> float:
         scans = scrape(f"http://127.0.0.1:{port}/metrics")
+        for via in read_via:
+            read_via[via] += value(scans, "pg_shell_capture_files_total", via=via)
         return value(scans, "pg_shell_capture_scans_total", walk="changed")
 
     for at, change in enumerate(CHANGES):
@@ -216,6 +220,10 @@ def test_every_kind_of_change_is_stored_as_the_container_sees_it(make_daemon, sh
         assert row["status"] == "done", (change, row["output"])
         assert stored_as_seen(shell, row["id"]) == json.loads(row["output"]), change
     targeted += scanned_changed()
+    # With a record (runc), changed files are read where the host mounts
+    # the copy; without one, the supervisor sends them.
+    assert read_via["host" if records == "true" else "sandbox"] > 0
+    assert read_via["sandbox" if records == "true" else "host"] == 0
     if records == "false":
         assert targeted == 0
     else:
