@@ -74,7 +74,7 @@ WARM_MISSES = Counter(
 WARM_WASTED = Counter(
     "pg_shell_warm_wasted", "Warm containers removed unused, by why: idle, promotion, image, "
     "runtime, dead, shutdown; a blank one (for new sessions) also failed (its copy could not be "
-    "handed to the session) or surplus", ["reason"], registry=EXECUTOR)
+    "handed to the session)", ["reason"], registry=EXECUTOR)
 
 CAPTURE_SCANS = Counter(
     "pg_shell_capture_scans", "Captures after a command, by what their scan walked: changed "

@@ -57,6 +57,7 @@ RESTORE_TIMEOUT_S = 600
 RESTORE_WRITE_BYTES = 256 * 1024
 
 OnStarted = Callable[[str], None]
+OnOutput = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,6 @@ class Blank:
 
     started: Started
     copy: BlankCopy
-OnOutput = Callable[[str], None]
 
 
 class Sandbox:
@@ -190,7 +190,8 @@ class Sandbox:
         blank stays as it was)."""
         if not self._loop_volumes().adopt_blank(blank.copy, session_id):
             return None
-        started = dataclasses.replace(blank.started, session_id=session_id)
+        # Its wait for a command (the warm pool's idle time) starts now.
+        started = dataclasses.replace(blank.started, session_id=session_id, at=time.monotonic())
         self.on_mounted(session_id, started.runtime)
         return started
 

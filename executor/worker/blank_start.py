@@ -46,21 +46,23 @@ class BlankStart:
                     or blank.started.runtime != runtime):
                 return None
             self._blank, self._taking = None, True
+        failed = False
+        started = None
         try:
             started = self._sandbox.adopt_blank(blank, session_id)
-        except SandboxError as exc:
+        except (SandboxError, OSError) as exc:
             log.warning("blank container not taken by session_id=%s: %s", session_id, exc)
-            self._discard(blank, "failed")
-            started = None
-            blank = None
+            failed = True
         finally:
             with self._lock:
                 self._taking = False
-                if blank is not None and started is None and not self._closed:
-                    self._blank, blank = blank, None  # the session has a copy here: it waits on
+                # Not taken (the session has a copy here): it waits on.
+                kept = started is None and not failed and not self._closed
+                if kept:
+                    self._blank = blank
         if started is None:
-            if blank is not None:
-                self._discard(blank, "shutdown")
+            if not kept:
+                self._discard(blank, "failed" if failed else "shutdown")
             return None
         log.info("session_id=%s took blank container_id=%s", session_id,
                  started.container_id[:12])
