@@ -34,6 +34,9 @@ class Record:
     def take(self, _session_id: str, token: str | None) -> list[str] | None:
         return self._changed if token is not None and token == self._token else None
 
+    def mountpoint(self, _session_id: str) -> str | None:
+        return None  # the scan alone: no file is read here
+
 
 def capture(max_entries: int = 100, record: Record | None = None,
             watch: str | None = None) -> Capture:
