@@ -66,6 +66,12 @@ def _cleanup(client: docker.DockerClient) -> None:
         if v.name.startswith(f"pg-shell-home-{PREFIX}"):
             _quietly(lambda v=v: v.remove(force=True))
     for state_dir in _state_dirs:
+        # Blank copies' volumes (test_blank_copies.py): named after their
+        # image, or, once a session took the image, in its marker.
+        blanks = [image.stem for image in Path(state_dir).glob("pg-shell-blank-*.ext4")]
+        blanks += [marker.read_text() for marker in Path(state_dir).glob("*.blank")]
+        for name in blanks:
+            _quietly(lambda name=name: client.volumes.get(name).remove(force=True))
         for image in Path(state_dir).glob("*.ext4"):
             out = subprocess.run(
                 ["losetup", "-n", "-O", "NAME", "-j", str(image)],
