@@ -370,13 +370,22 @@ def wasted_warm(daemon: Daemon) -> int:
 
 
 def warm_memory_mb(daemon: Daemon) -> list[float]:
-    ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=pg-shell.warm=1", "--filter",
-                          f"label=pg-shell.worker-id={daemon.worker_id}"],
-                         capture_output=True, text=True, check=True).stdout.split()
-    if not ids:
-        return []
-    usage = subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.MemUsage}}", *ids],
-                           capture_output=True, text=True, check=True).stdout.split("\n")
+    # A command's container (a warm one's label too) runs until it is
+    # removed, just after its completion: listed, it may be gone when its
+    # memory is read. Those go within moments: list again.
+    for _ in range(5):
+        time.sleep(1)
+        ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=pg-shell.warm=1", "--filter",
+                              f"label=pg-shell.worker-id={daemon.worker_id}"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        if not ids:
+            return []
+        stats = subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.MemUsage}}",
+                                *ids], capture_output=True, text=True, check=False)
+        if stats.returncode == 0:
+            break
+    stats.check_returncode()
+    usage = stats.stdout.split("\n")
     units = {"B": 1 / 1048576, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
     found = [re.match(r"([\d.]+)(\w+)", line) for line in usage]
     return [float(m[1]) * units.get(m[2], 1.0) for m in found if m]
