@@ -62,7 +62,7 @@ class WarmPool:
                  per_user: int | None = None, per_session: int = 1,
                  blanks: BlankStart | None = None) -> None:
         self._sandbox = sandbox
-        self._blanks = blanks
+        self._blanks = blanks or BlankStart(sandbox, worker_id, lambda: None, enabled=False)
         self._worker_id = worker_id
         self._max = max_count
         self._per_user = max_count if per_user is None else per_user
@@ -118,8 +118,7 @@ class WarmPool:
             owed = self._owed.pop(session_id, None)
         if owed is not None:
             self.prepare(session_id, owed[0], runtime=owed[1])
-        if self._blanks:
-            self._blanks.refill()
+        self._blanks.refill()
 
     def adopt(self, session_id: str, claim: Callable[[str], Adoption | None]) -> None:
         """A new session, or one a client opened: if this executor is the
@@ -304,8 +303,6 @@ class WarmPool:
 
     def _blank_for(self, session_id: str, image: str, runtime: str | None) -> Started | None:
         """The blank container, if the session (having no copy here) can take it."""
-        if self._blanks is None:
-            return None
         return self._blanks.take(session_id, image, runtime or self._sandbox.runtime)
 
     def _miss(self, started: Started, image: str, runtime: str) -> str | None:
@@ -351,8 +348,7 @@ class WarmPool:
         self._drop(lambda started: started.at < cutoff, "idle")
         with self._lock:
             self._retired = {s: at for s, at in self._retired.items() if at >= cutoff}
-        if self._blanks:
-            self._blanks.refill()  # none was started since the last command, or it failed
+        self._blanks.refill()  # none was started since the last command, or it failed
 
     def drop_session(self, session_id: str) -> None:
         """The session runs nothing more (archived): its containers go, the
@@ -370,8 +366,7 @@ class WarmPool:
     def keep_only(self, images: set[str]) -> None:
         """After a promotion: containers of an image no template starts on will not be used."""
         self._drop(lambda started: started.image not in images, "promotion")
-        if self._blanks:
-            self._blanks.keep_only(images)
+        self._blanks.keep_only(images)
 
     def reap(self, ended: Callable[[list[str]], set[str]]) -> list[str]:
         """Removes warm containers on the engine that no pool holds (left by
@@ -381,11 +376,10 @@ class WarmPool:
             if self._starting:  # one being started is not held yet: next round
                 return []
             keep = {s.container_id for held in self._held.values() for s in held} | self._in_use
-        if self._blanks:
-            blank = self._blanks.container_ids()
-            if blank is None:  # being started: next round
-                return []
-            keep |= blank
+        blank = self._blanks.container_ids()
+        if blank is None:  # being started: next round
+            return []
+        keep |= blank
         return self._sandbox.reap_warm(self._worker_id, keep, 2 * self._idle_s + 60, ended)
 
     def close(self) -> None:
@@ -394,8 +388,7 @@ class WarmPool:
             self._closed = True
         self._starter.shutdown(wait=True)
         self._drop(lambda _started: True, "shutdown")
-        if self._blanks:
-            self._blanks.close()
+        self._blanks.close()
 
     def _drop(self, which: Callable[[Started], bool], reason: str) -> None:
         with self._lock:
