@@ -18,6 +18,11 @@ same hardening flags, measured side by side in one run:
   cost on the engine's side (their memory, and the engine CPU spent on
   warm containers removed unused, per 100 commands).
 
+The network is the one difference in how the containers are made: both
+have none, but ours are created with the engine's NetworkDisabled, which
+`docker run` has no flag for, so the engine skips its network set-up for
+them (docs/executor.md, "No network, none set up").
+
 It makes its own database (dropped at the end), a user, and runs
 `python -m executor.cli.main executor` as a subprocess. Prints one JSON
 object per line on stdout; progress goes to stderr. With `--runtime runsc`

@@ -26,6 +26,19 @@ def test_only_loopback_interface_and_no_routes(run) -> None:
     assert ran.output == "lo\n---\n0\n"
 
 
+def test_the_commands_own_loopback_works_and_localhost_resolves(run) -> None:
+    # The engine sets up no network for the container (spec.py), so it
+    # writes no /etc/hosts either: the image resolves these names itself.
+    ran = run("""python3 -c '
+import socket
+server = socket.create_server(("localhost", 0))
+with socket.create_connection(("localhost", server.getsockname()[1])):
+    print("connected", server.accept()[1][0])
+print(socket.gethostbyname("sandbox"))
+'""")
+    assert ran.output in ("connected 127.0.0.1\n127.0.0.2\n", "connected ::1\n127.0.0.2\n")
+
+
 def test_host_loopback_is_not_reachable(run) -> None:
     # A listener on the host's 127.0.0.1: a container sharing the host's
     # network namespace would reach it.
@@ -167,6 +180,8 @@ def test_hardening_flags_are_in_docker_inspect(run, docker_client, session_id) -
     host = info["HostConfig"]
     assert host["ReadonlyRootfs"] is True
     assert host["NetworkMode"] == "none"
+    assert info["Config"]["NetworkDisabled"] is True  # not even an engine network sandbox
+    assert not info["NetworkSettings"]["Networks"]
     assert host["CapDrop"] == ["ALL"]
     assert not host.get("CapAdd")
     # The engine's default minus io_uring, always passed: never the engine's
