@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,17 @@ class Started:
     image: str
     runtime: str
     at: float = field(default_factory=time.monotonic)
+    # Set once the engine says it exited (while a command runs in it).
+    exited: threading.Event = field(default_factory=threading.Event)
+
+    def end_input(self) -> None:
+        """Half-closes the attach stream: the supervisor reads the end of its
+        stdin (a close would not reach it while the stream's reader holds the
+        connection too)."""
+        try:
+            self.raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # gone already
 
     def close(self) -> None:
         try:

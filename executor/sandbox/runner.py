@@ -51,6 +51,9 @@ UNFINISHED_WORDS = {"timeout": "timed out", "idle": "ended for being idle",
                     "cancelled": "cancelled"}
 
 RESTORE_TIMEOUT_S = 600
+# How long a container whose command ended gets to exit on its own once its
+# stdin is closed, before it is removed all the same (killed).
+LINGERING_EXIT_S = 5.0
 # A restore's archive goes out in writes of about this size: its headers
 # and small files one by one would cost a system call (and a wake-up of the
 # engine's copy) each.
@@ -101,7 +104,7 @@ class Sandbox:
         # session is started, before a command is handed to it (its home is mounted).
         self.on_mounted: Callable[[str, str], None] = lambda _session_id, _runtime: None
         # Containers whose command ended, still attached: their supervisor
-        # exits when we close its stdin, in remove_container.
+        # exits when we close its stdin (let_exit, remove_container).
         self._lingering: dict[str, Started] = {}
         self._lingering_lock = threading.Lock()
 
@@ -342,7 +345,7 @@ class Sandbox:
         # is called from this (the caller's) thread. A bounded queue gives
         # backpressure: a slow consumer slows the reader, not our memory.
         frames: Frames = queue.Queue(maxsize=64)
-        exited = threading.Event()
+        exited = started.exited
         stop = threading.Event()  # we gave up: helper threads must not block forever
         exit_status: dict[str, Any] = {}
         container_id = started.container_id
@@ -358,10 +361,7 @@ class Sandbox:
 
         def end_input() -> None:
             with sending:
-                try:
-                    started.raw.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass  # gone already
+                started.end_input()
 
         def hand_over(data: bytes) -> None:
             send(data)
@@ -469,11 +469,23 @@ class Sandbox:
 
     # -- clean-up ----------------------------------------------------------------
 
+    def let_exit(self, container_id: str) -> None:
+        """Ends the stdin of a container whose command ended, so that its
+        supervisor exits (before ``remove_container``, which waits for it)."""
+        with self._lingering_lock:
+            lingering = self._lingering.get(container_id)
+        if lingering is not None:
+            lingering.end_input()
+
     def remove_container(self, container_id: str) -> None:
         """Force-remove a command's container (never its volume)."""
         with self._lingering_lock:
             lingering = self._lingering.pop(container_id, None)
         if lingering is not None:
+            lingering.end_input()
+            # Removed while it runs, it would be killed: the engine then
+            # starts the runtime once more (a `runc kill`, ~10 ms of CPU).
+            lingering.exited.wait(LINGERING_EXIT_S)
             lingering.close()
         self.containers.remove(container_id)
 

@@ -312,6 +312,8 @@ class Worker:
             self.wake()
 
     def _remove_later(self, container_id: str) -> None:
+        # Its exit starts now, beside the removals queued before it.
+        self._sandbox.let_exit(container_id)
         self._remover.submit(self._remove, container_id)
 
     def _remove(self, container_id: str) -> None:

@@ -33,3 +33,17 @@ def test_closing_our_half_of_the_attach_stream_ends_the_supervisor(sandbox, imag
     finally:
         started.close()
         sandbox.remove_container(started.container_id)
+
+
+def test_removal_lets_an_ended_command_s_container_exit_instead_of_killing_it(
+        run, sandbox, docker_client) -> None:
+    since = time.time() - 1
+    ran = run("echo hi", keep=True)
+    sandbox.let_exit(ran.result.container_id)
+    sandbox.remove_container(ran.result.container_id)
+    events = docker_client.events(since=since, until=time.time() + 1, decode=True,
+                                  filters={"container": ran.result.container_id})
+    actions = {event["Action"]: event["Actor"]["Attributes"] for event in events}
+    assert "destroy" in actions
+    assert "kill" not in actions  # a kill costs the engine a run of the runtime
+    assert actions["die"]["exitCode"] == "0"
