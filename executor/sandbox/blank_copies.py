@@ -34,6 +34,7 @@ import docker.errors
 from .blank_images import run_tool
 from .engine import engine_errors
 from .errors import VolumeError
+from .loop_devices import loops_of
 
 log = logging.getLogger(__name__)
 BLANK_PREFIX = "pg-shell-blank-"
@@ -126,8 +127,7 @@ def drop(client: docker.DockerClient, name: str, image: Path) -> None:
     remove_volume(client, name)
     if not image.exists():
         return
-    for loop in run_tool("losetup", "--noheadings", "--output", "NAME", "--associated",
-                         str(image)).split():
+    for loop in loops_of(image):
         run_tool("losetup", "--detach", loop)
     image.unlink(missing_ok=True)
 

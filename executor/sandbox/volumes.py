@@ -53,6 +53,7 @@ from .engine import engine_errors
 from .errors import InvalidSessionId, VolumeError
 from .hardening import SANDBOX_USER
 from .host_copies import HostCopies, check_floor
+from .loop_devices import loops_of
 from .ownership import hand_over
 
 log = logging.getLogger(__name__)
@@ -391,9 +392,8 @@ class LoopVolumes:
 
     @staticmethod
     def _loop_of(image: Path) -> str | None:
-        out = run_tool("losetup", "--noheadings", "--output", "NAME", "--associated", str(image))
-        names = out.split()
-        return names[0] if names else None
+        loops = loops_of(image)
+        return loops[0] if loops else None
 
     def _ensure_volume(self, name: str, session_id: str, loop: str) -> None:
         with engine_errors(f"cannot prepare volume {name} on {loop}", refused=VolumeError):
