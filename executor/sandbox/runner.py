@@ -478,7 +478,8 @@ class Sandbox:
             lingering.end_input()
 
     def remove_container(self, container_id: str) -> None:
-        """Force-remove a command's container (never its volume)."""
+        """Remove a command's container, killed if it still runs (never its
+        volume); one whose command ended is given its exit first."""
         with self._lingering_lock:
             lingering = self._lingering.pop(container_id, None)
         if lingering is not None:
