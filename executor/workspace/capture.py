@@ -104,6 +104,7 @@ class Capture:
         self._listed: dict[str, Children] = {}  # directories the scan sent whole
         self._same: set[str] = set()  # directories the scan found as the index has them
         self._dirs: dict[str, list[str]] = {}  # the new root's directories -> subdirectories
+        self._unchanged_root = False  # nothing listed: the new root is the index's
         self._received: dict[str, str] = {}  # path -> blob sha256
         self._current: _Incoming | None = None
         self._received_bytes = 0
@@ -172,6 +173,8 @@ class Capture:
         return []
 
     def _wanted(self, manifest: list[list[Any]]) -> list[str]:
+        if self._targeted and not manifest:
+            return self._unchanged()
         self._listed, self._same = self._validated(manifest)
         metrics.CAPTURE_LISTED.inc(len(self._listed))
         self._index.read(self._listed)
@@ -202,6 +205,20 @@ class Capture:
         metrics.CAPTURE_FILES.labels(via="host").inc(len(paths) - len(rest))
         metrics.CAPTURE_FILES.labels(via="sandbox").inc(len(rest))
         return rest
+
+    def _unchanged(self) -> list[str]:
+        """A targeted scan that listed nothing: the new root is the index's,
+        so no directory is walked or hashed (at 500 directories, about 1 ms a
+        command); its bounds, which may have been lowered, are still checked
+        on the index's summaries."""
+        self._unchanged_root = True
+        dirs = self._index.dirs.values()
+        total = sum(d.file_bytes for d in dirs)
+        if sum(d.entries for d in dirs) > self._limits.max_entries:
+            self.failure = self._scan_failure(ScanReport(over=True))
+        elif total > self._max_bytes:
+            self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
+        return []
 
     def _read_on_host(self, mountpoint: str, paths: list[str]) -> list[str]:
         """Reads the files it can where the host mounts the copy
@@ -279,6 +296,12 @@ class Capture:
             return None
 
     def _commit_trees(self) -> Captured | None:
+        old = self._index
+        if self._unchanged_root and old.root is not None:  # a targeted scan had one
+            index = Index(old.root, old.dirs, old.loaded, old.load_children, old.stored,
+                          self._watch)
+            return Captured(old.root, old.dirs[""].size, index, [] if old.stored else None,
+                            set())
         for d, children in self._listed.items():
             for name, e in children.items():
                 if e[0] == "file":

@@ -136,3 +136,28 @@ def test_a_record_not_complete_since_the_index_walks_the_whole_home() -> None:
         c = capture(record=record, watch=watch)
         assert "changed" not in c.scan() and c.known == {
             p: Dir.of("t" * 64, 0, ch).digest for p, ch in INDEX_CHILDREN.items()}
+
+
+def test_a_targeted_scan_that_listed_nothing_keeps_the_index_s_root_and_reads_no_directory(
+) -> None:
+    c = capture(record=Record("w1", []), watch="w1")
+    c._index.loaded.clear()
+
+    def no_reads(directories: list[str]) -> dict[str, Children]:
+        raise AssertionError(f"read {directories}")
+
+    c._index.load_children = no_reads
+    assert c.scan() == {"known": {}, "changed": [], "held": {}}
+    assert (c.wanted([], ScanReport()), c.failure) == ([], None)
+    captured = c.commit_trees()
+    assert captured is not None and captured.root == "r" * 64
+    assert captured.index.dirs == c._index.dirs and captured.index.watch == "w1"
+    # The index was made here, not read from a file: it is written whole.
+    assert (captured.changed, captured.removed) == (None, set())
+
+
+def test_a_home_left_as_it_was_still_counts_against_lowered_bounds() -> None:
+    c = capture(max_entries=4, record=Record("w1", []), watch="w1")  # the home holds 5 entries
+    c.scan()
+    assert c.wanted([], ScanReport()) == [] and c.commit_trees() is None
+    assert c.failure is not None and "more than 4 entries" in c.failure
