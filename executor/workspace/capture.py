@@ -181,13 +181,9 @@ class Capture:
         self._dirs = self._walk()
         entries = sum(self._index.dirs[d].entries if d in self._same else len(self._children(d))
                       for d in self._dirs)
-        if entries > self._limits.max_entries:
-            self.failure = self._scan_failure(ScanReport(over=True))
-            return []
         total = sum(self._index.dirs[d].file_bytes if d in self._same
                     else file_bytes(self._children(d)) for d in self._dirs)
-        if total > self._max_bytes:
-            self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
+        if not self._fits(entries, total):
             return []
         changed = [(_join(d, name), e[2]) for d, children in self._listed.items()
                    for name, e in children.items()
@@ -213,12 +209,17 @@ class Capture:
         on the index's summaries."""
         self._unchanged_root = True
         dirs = self._index.dirs.values()
-        total = sum(d.file_bytes for d in dirs)
-        if sum(d.entries for d in dirs) > self._limits.max_entries:
+        self._fits(sum(d.entries for d in dirs), sum(d.file_bytes for d in dirs))
+        return []
+
+    def _fits(self, entries: int, total: int) -> bool:
+        """Whether the new root's entries and file bytes are within the
+        capture's bounds and the quota; if not, ``failure`` says which."""
+        if entries > self._limits.max_entries:
             self.failure = self._scan_failure(ScanReport(over=True))
         elif total > self._max_bytes:
             self.failure = f"the files hold {total} bytes, more than the quota of {self._max_bytes}"
-        return []
+        return self.failure is None
 
     def _read_on_host(self, mountpoint: str, paths: list[str]) -> list[str]:
         """Reads the files it can where the host mounts the copy
